@@ -1,0 +1,169 @@
+//! RabbitMQ: connections and the order topology, all names under the namespace.
+//!
+//! ```text
+//! relay --publish (persistent, mandatory, confirmed)--> <ns>.orders (direct exchange)
+//!       --> <ns>.orders (quorum queue) --> worker
+//!           rejected, or delivered more than the limit --> <ns>.orders.dlx --> <ns>.orders.dead
+//! ```
+use crate::keys::Keys;
+use anyhow::{Context, Result};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// Routing key of order batches.
+pub const ORDERS_ROUTING_KEY: &str = "orders";
+
+/// Opens connections to one broker and remembers the last one for health checks.
+pub struct Broker {
+    url: String,
+    keys: Keys,
+    timeout: Duration,
+    delivery_limit: u32,
+    health: Mutex<Option<Connection>>,
+}
+
+impl Broker {
+    pub fn new(url: &str, keys: Keys, timeout: Duration, delivery_limit: u32) -> Self {
+        Self {
+            url: url.to_owned(),
+            keys,
+            timeout,
+            delivery_limit,
+            health: Mutex::new(None),
+        }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// A new connection, bounded by the dependency timeout.
+    pub async fn connect(&self) -> Result<Connection> {
+        let props = ConnectionProperties::default()
+            .with_executor(tokio_executor_trait::Tokio::current())
+            .with_reactor(tokio_reactor_trait::Tokio);
+        tokio::time::timeout(self.timeout, Connection::connect(&self.url, props))
+            .await
+            .context("connecting to RabbitMQ timed out")?
+            .context("connecting to RabbitMQ")
+    }
+
+    /// A channel on a new connection with the topology declared. The caller keeps
+    /// the connection alive for as long as it uses the channel.
+    pub async fn open(&self) -> Result<(Connection, Channel)> {
+        let conn = self.connect().await?;
+        let channel = conn
+            .create_channel()
+            .await
+            .context("opening an AMQP channel")?;
+        self.declare(&channel).await?;
+        Ok((conn, channel))
+    }
+
+    /// Declares exchanges and queues; idempotent, so every (re)connect runs it.
+    pub async fn declare(&self, ch: &Channel) -> Result<()> {
+        let k = &self.keys;
+        // Durable: the topology survives a broker restart.
+        let durable = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.exchange_declare(
+            &k.orders_exchange(),
+            ExchangeKind::Direct,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .context("declaring the orders exchange")?;
+        ch.exchange_declare(
+            &k.dead_exchange(),
+            ExchangeKind::Fanout,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .context("declaring the dead-letter exchange")?;
+
+        let mut args = FieldTable::default();
+        // Quorum: replicated and fsynced, faster than a durable classic queue for
+        // confirmed persistent messages, and it counts deliveries (x-delivery-count).
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+        // A message redelivered this often (a batch the database keeps refusing) is
+        // dead-lettered instead of being retried forever.
+        args.insert(
+            ShortString::from("x-delivery-limit"),
+            AMQPValue::LongLongInt(self.delivery_limit as i64),
+        );
+        args.insert(
+            ShortString::from("x-dead-letter-exchange"),
+            AMQPValue::LongString(LongString::from(k.dead_exchange())),
+        );
+        let queue_opts = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(&k.orders_queue(), queue_opts, args)
+            .await
+            .context("declaring the orders queue")?;
+        ch.queue_bind(
+            &k.orders_queue(),
+            &k.orders_exchange(),
+            ORDERS_ROUTING_KEY,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("binding the orders queue")?;
+
+        // The dead-letter queue is classic: it is read by people, not at speed.
+        ch.queue_declare(&k.dead_queue(), queue_opts, FieldTable::default())
+            .await
+            .context("declaring the dead-letter queue")?;
+        ch.queue_bind(
+            &k.dead_queue(),
+            &k.dead_exchange(),
+            "",
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("binding the dead-letter queue")?;
+        Ok(())
+    }
+
+    /// Readiness: keeps one idle connection and checks it answers.
+    pub async fn check(&self) -> Result<()> {
+        let mut guard = self.health.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if conn.status().connected() {
+                return Ok(());
+            }
+        }
+        *guard = None;
+        let conn = self.connect().await?;
+        *guard = Some(conn);
+        Ok(())
+    }
+
+    /// Deletes every queue and exchange of the namespace (test clean-up).
+    pub async fn delete_topology(&self) -> Result<()> {
+        let conn = self.connect().await?;
+        let ch = conn.create_channel().await?;
+        let k = &self.keys;
+        for q in [k.orders_queue(), k.dead_queue()] {
+            let _ = ch.queue_delete(&q, Default::default()).await;
+        }
+        for e in [k.orders_exchange(), k.dead_exchange()] {
+            let _ = ch.exchange_delete(&e, Default::default()).await;
+        }
+        let _ = conn.close(200, "bye").await;
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! The command line (CONTRACT.md): `all`, `serve`, `worker`, `migrate`, `token`,
+//! and `bench`, the load generator.
+use crate::app::{self, Application, Mode};
+use crate::config::Settings;
+use crate::http::auth::{JwtKeys, Role};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "seckill",
+    version,
+    about = "Flash-sale voucher ordering backend"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// API, outbox relay and order worker in one process (the local default).
+    All,
+    /// API and outbox relay only.
+    Serve,
+    /// Order worker only.
+    Worker,
+    /// Applies pending migrations and exits.
+    Migrate,
+    /// Prints a signed token.
+    Token {
+        /// The user id (`sub`).
+        #[arg(long)]
+        user: i64,
+        #[arg(long, value_enum)]
+        role: Option<RoleArg>,
+        #[arg(long, default_value_t = 3600)]
+        ttl_secs: u64,
+    },
+    /// Fires a flash crowd at a running server and checks the invariants.
+    Bench(crate::bench::Args),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Service,
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    if let Command::Token {
+        user,
+        role,
+        ttl_secs,
+    } = cli.command
+    {
+        let settings = Settings::from_env()?;
+        if settings.jwt_secret_is_dev {
+            eprintln!(
+                "warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret"
+            );
+        }
+        anyhow::ensure!(user > 0, "--user must be a positive id");
+        let role = match role {
+            None => Role::Shopper,
+            Some(RoleArg::Admin) => Role::Admin,
+            Some(RoleArg::Service) => Role::Service,
+        };
+        println!(
+            "{}",
+            JwtKeys::new(settings.jwt_secret.expose()).mint(user, role, ttl_secs)
+        );
+        return Ok(());
+    }
+    crate::telemetry::init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let settings = Settings::from_env()?;
+        let mode = match cli.command {
+            Command::All => Mode::All,
+            Command::Serve => Mode::Serve,
+            Command::Worker => Mode::Worker,
+            Command::Migrate => {
+                let pg = app::pg_pool(&settings)?;
+                let counter = crate::sequence::counter::DurableCounter::new(
+                    crate::redis_conn::Redis::new(
+                        settings.redis_url.expose(),
+                        settings.dependency_timeout,
+                    )?,
+                    pg.clone(),
+                    crate::keys::Keys::new(&settings.namespace),
+                );
+                let sequences = crate::sequence::Sequences::new(
+                    counter,
+                    pg.clone(),
+                    crate::clock::Clock::system(),
+                );
+                app::migrate(&pg, &sequences, &settings).await?;
+                println!("migrations applied");
+                return Ok(());
+            }
+            Command::Bench(args) => return crate::bench::run(args, &settings).await,
+            Command::Token { .. } => unreachable!("handled above"),
+        };
+        Application::build(settings, mode)
+            .await?
+            .run_until_stopped()
+            .await
+    })
+}

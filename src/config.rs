@@ -1,0 +1,232 @@
+//! Typed settings, read once at start-up from the environment and validated.
+//!
+//! The names of CONTRACT.md are fixed; the rest (`SECKILL_*`) tune the pipeline and
+//! default to values that suit the local services. Secrets are never printed: the
+//! `Debug` of [`Secret`] hides its value.
+use anyhow::{bail, Context, Result};
+use chrono_tz::Tz;
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+/// The development JWT secret used when `SECKILL_JWT_SECRET` is not set.
+pub const DEV_JWT_SECRET: &str = "seckill-development-secret-do-not-use-in-production";
+
+/// A string that must not reach a log line.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Everything the process needs to know, validated.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub http_addr: String,
+    pub database_url: Secret,
+    pub redis_url: Secret,
+    pub amqp_url: Secret,
+    pub namespace: String,
+    pub jwt_secret: Secret,
+    /// True when no secret was configured and the development one is in use.
+    pub jwt_secret_is_dev: bool,
+    pub time_zone: Tz,
+    pub payment_window: Duration,
+    pub rate_limit_per_user: u32,
+    pub rate_limit_per_ip: u32,
+    pub max_in_flight: usize,
+    /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
+    pub migrate_on_start: bool,
+    pub db_max_connections: u32,
+    /// Largest accepted request body in bytes.
+    pub body_limit: usize,
+    /// Deadline of every single Redis, Postgres or RabbitMQ call.
+    pub dependency_timeout: Duration,
+    /// Outbox entries a relay reads (and publishes as one message) at most.
+    pub relay_batch: usize,
+    /// How long an outbox entry may stay unacknowledged before another relay claims it.
+    pub relay_claim_idle: Duration,
+    /// Messages the worker may hold unacknowledged (RabbitMQ prefetch).
+    pub worker_prefetch: u16,
+    /// Orders the worker writes in one transaction at most.
+    pub worker_batch: usize,
+    /// Deliveries of one message before RabbitMQ dead-letters it.
+    pub delivery_limit: u32,
+    /// Order ids the ID worker takes from Redis in one call.
+    pub id_block: u32,
+}
+
+impl Settings {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads from a map, on top of the defaults (tests).
+    pub fn from_map(map: &HashMap<String, String>) -> Result<Self> {
+        Self::from_lookup(|k| map.get(k).cloned())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let (jwt_secret, jwt_secret_is_dev) = match var("SECKILL_JWT_SECRET") {
+            Some(s) if s.len() < 16 => bail!("SECKILL_JWT_SECRET must be at least 16 bytes"),
+            Some(s) => (Secret::new(s), false),
+            None => (Secret::new(DEV_JWT_SECRET), true),
+        };
+        let namespace = var("SECKILL_NAMESPACE").unwrap_or_else(|| "seckill".into());
+        validate_namespace(&namespace)?;
+        let tz_name = var("SECKILL_TIME_ZONE").unwrap_or_else(|| "Asia/Shanghai".into());
+        let time_zone: Tz = tz_name
+            .parse()
+            .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
+        let s = Settings {
+            http_addr: var("SECKILL_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
+            database_url: Secret::new(
+                var("DATABASE_URL")
+                    .unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
+            ),
+            redis_url: Secret::new(
+                var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+            ),
+            amqp_url: Secret::new(
+                var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
+            ),
+            namespace,
+            jwt_secret,
+            jwt_secret_is_dev,
+            time_zone,
+            payment_window: Duration::from_secs(num(
+                &var,
+                "SECKILL_PAYMENT_WINDOW_SECS",
+                900,
+                1,
+                30 * 86_400,
+            )?),
+            rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
+            rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 0, 0, 10_000_000)? as u32,
+            max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
+            migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
+            db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,
+            body_limit: num(&var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
+            dependency_timeout: Duration::from_millis(num(
+                &var,
+                "SECKILL_DEPENDENCY_TIMEOUT_MS",
+                2000,
+                10,
+                600_000,
+            )?),
+            relay_batch: num(&var, "SECKILL_RELAY_BATCH", 1000, 1, 10_000)? as usize,
+            relay_claim_idle: Duration::from_millis(num(
+                &var,
+                "SECKILL_RELAY_CLAIM_IDLE_MS",
+                30_000,
+                100,
+                86_400_000,
+            )?),
+            worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 32, 1, 10_000)? as u16,
+            worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
+            delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
+            id_block: num(&var, "SECKILL_ID_BLOCK", 1000, 1, 1_000_000)? as u32,
+        };
+        Ok(s)
+    }
+}
+
+fn num(
+    var: &impl Fn(&str) -> Option<String>,
+    key: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64> {
+    let Some(raw) = var(key) else {
+        return Ok(default);
+    };
+    let v: u64 = raw
+        .trim()
+        .parse()
+        .with_context(|| format!("{key} must be a whole number, got {raw:?}"))?;
+    if !(min..=max).contains(&v) {
+        bail!("{key} must be between {min} and {max}, got {v}");
+    }
+    Ok(v)
+}
+
+fn flag(var: &impl Fn(&str) -> Option<String>, key: &str, default: bool) -> Result<bool> {
+    match var(key).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+        Some(v) => bail!("{key} must be true or false, got {v:?}"),
+    }
+}
+
+/// Namespaces prefix Redis keys and AMQP names: keep them to a safe alphabet.
+fn validate_namespace(ns: &str) -> Result<()> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 64
+        && ns
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !ok {
+        bail!("SECKILL_NAMESPACE must be 1-64 characters of [A-Za-z0-9_-], got {ns:?}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Result<Settings> {
+        let map = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_map(&map)
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let s = with(&[]).unwrap();
+        assert_eq!(s.http_addr, "127.0.0.1:8080");
+        assert_eq!(s.namespace, "seckill");
+        assert_eq!(s.time_zone, chrono_tz::Asia::Shanghai);
+        assert_eq!(s.payment_window, Duration::from_secs(900));
+        assert!(s.jwt_secret_is_dev);
+        assert!(s.migrate_on_start);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_variable_named() {
+        for (k, v) in [
+            ("SECKILL_TIME_ZONE", "Mars/Olympus"),
+            ("SECKILL_NAMESPACE", "a b"),
+            ("SECKILL_PAYMENT_WINDOW_SECS", "soon"),
+            ("SECKILL_JWT_SECRET", "short"),
+            ("SECKILL_MIGRATE_ON_START", "maybe"),
+        ] {
+            let err = with(&[(k, v)]).unwrap_err().to_string();
+            assert!(err.contains(k), "{err}");
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug() {
+        let s = with(&[("SECKILL_JWT_SECRET", "a-very-secret-value-123")]).unwrap();
+        assert!(!format!("{s:?}").contains("a-very-secret"));
+    }
+}

@@ -1,0 +1,96 @@
+//! 64-bit identifiers travel as JSON strings of decimal digits (JavaScript loses
+//! precision above 2^53) and are accepted as strings or numbers.
+use serde::{Deserialize, Deserializer, Serializer};
+use serde_json::Value;
+
+/// `#[serde(with = "crate::http::id")]` for an `i64` field.
+pub fn serialize<S: Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(id)
+}
+
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let v = Value::deserialize(d)?;
+    parse_value(&v).map_err(serde::de::Error::custom)
+}
+
+/// `#[serde(with = "crate::http::id::option")]` for an `Option<i64>` field.
+pub mod option {
+    use super::*;
+    pub fn serialize<S: Serializer>(id: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+        match id {
+            Some(id) => s.collect_str(id),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+/// A positive 63-bit id from a JSON string or number.
+pub fn parse_value(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::String(s) => parse_str(s),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if i > 0 => Ok(i),
+            _ => Err(format!("must be a positive 64-bit integer, got {n}")),
+        },
+        other => Err(format!(
+            "must be a decimal string or a number, got {}",
+            kind(other)
+        )),
+    }
+}
+
+/// A positive 63-bit id from decimal digits.
+pub fn parse_str(s: &str) -> Result<i64, String> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "must be decimal digits of a positive 64-bit integer, got {s:?}"
+        ));
+    }
+    match s.parse::<i64>() {
+        Ok(i) if i > 0 => Ok(i),
+        _ => Err(format!("must be a positive 64-bit integer, got {s:?}")),
+    }
+}
+
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_strings_and_numbers_in_range() {
+        assert_eq!(parse_value(&json!("42")), Ok(42));
+        assert_eq!(parse_value(&json!(42)), Ok(42));
+        assert_eq!(parse_value(&json!("9223372036854775807")), Ok(i64::MAX));
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        for v in [
+            json!("0"),
+            json!(0),
+            json!(-1),
+            json!("-1"),
+            json!("9223372036854775808"),
+            json!(1.5),
+            json!("12a"),
+            json!(""),
+            json!(null),
+            json!(true),
+            json!(" 1"),
+        ] {
+            assert!(parse_value(&v).is_err(), "{v}");
+        }
+    }
+}

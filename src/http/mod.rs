@@ -1,0 +1,8 @@
+//! The HTTP boundary: the contract's error body, authentication, ids as strings,
+//! health checks, and the handlers for malformed requests.
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod id;
+
+pub use error::ApiError;

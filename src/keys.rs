@@ -1,0 +1,93 @@
+//! Every Redis key and RabbitMQ name, under the deployment's namespace.
+//!
+//! All keys of one voucher share the hash tag `{v<id>}` so that the order script,
+//! which touches several of them, runs unchanged on Redis Cluster.
+
+/// Builds names under one namespace (`SECKILL_NAMESPACE`).
+#[derive(Clone, Debug)]
+pub struct Keys {
+    ns: String,
+}
+
+impl Keys {
+    pub fn new(ns: &str) -> Self {
+        Self { ns: ns.to_owned() }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    fn voucher(&self, id: i64, what: &str) -> String {
+        format!("{}:{{v{}}}:{}", self.ns, id, what)
+    }
+
+    /// Remaining stock of a flash-sale voucher (an integer).
+    pub fn stock(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "stock")
+    }
+
+    /// Hash user id -> order id of the shopper's current order (one per shopper).
+    pub fn buyers(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "buyers")
+    }
+
+    /// Hash order id -> "user_id:created_ms" of every order accepted for the voucher.
+    pub fn orders(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "orders")
+    }
+
+    /// The voucher's outbox stream, read by the relay's consumer group.
+    pub fn outbox(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "outbox")
+    }
+
+    /// Pub/sub channel that tells every instance a voucher or its stock changed.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.ns)
+    }
+
+    /// The value and ceiling keys of one durable daily counter.
+    pub fn counter(&self, scope: &str) -> (String, String) {
+        (
+            format!("{}:ctr:{{{}}}:value", self.ns, scope),
+            format!("{}:ctr:{{{}}}:ceiling", self.ns, scope),
+        )
+    }
+
+    /// Exchange the relay publishes order batches to.
+    pub fn orders_exchange(&self) -> String {
+        format!("{}.orders", self.ns)
+    }
+
+    /// Durable queue the worker consumes.
+    pub fn orders_queue(&self) -> String {
+        format!("{}.orders", self.ns)
+    }
+
+    /// Dead-letter exchange and queue for messages that cannot be persisted.
+    pub fn dead_exchange(&self) -> String {
+        format!("{}.orders.dlx", self.ns)
+    }
+
+    pub fn dead_queue(&self) -> String {
+        format!("{}.orders.dead", self.ns)
+    }
+}
+
+/// The consumer group every relay reads outbox streams with.
+pub const RELAY_GROUP: &str = "relay";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voucher_keys_share_one_hash_tag() {
+        let k = Keys::new("ns");
+        for key in [k.stock(7), k.buyers(7), k.orders(7), k.outbox(7)] {
+            assert!(key.starts_with("ns:{v7}:"), "{key}");
+        }
+        assert_ne!(k.stock(7), k.stock(70));
+    }
+}

@@ -1,0 +1,30 @@
+//! seckill: a flash-sale voucher ordering backend.
+//!
+//! The order path, top to bottom:
+//! - [`order::place`]: the handler checks the sale window from the in-process
+//!   [`voucher::cache`], then runs one Lua script (`lua/reserve.lua`) that takes stock,
+//!   marks the shopper and appends the order to the voucher's outbox stream atomically;
+//! - [`outbox`]: the relay moves outbox entries to RabbitMQ with publisher confirms,
+//!   a batch of orders per message, and acknowledges in Redis only what was confirmed;
+//! - [`worker`]: consumes those messages and writes orders and stock decrements to
+//!   Postgres in one transaction per batch, idempotently.
+//!
+//! Around it: [`config`] (typed settings), [`app`] (wiring and background tasks),
+//! [`http`] (error body, auth, health), [`voucher`] (admin and public routes, cache),
+//! [`sequence`] (daily business numbers and the durable counter behind order ids),
+//! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now").
+pub mod app;
+pub mod bench;
+pub mod broker;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod keys;
+pub mod order;
+pub mod outbox;
+pub mod redis_conn;
+pub mod sequence;
+pub mod telemetry;
+pub mod voucher;
+pub mod worker;

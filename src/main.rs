@@ -1,0 +1,13 @@
+//! Command line only: parse the arguments and call into the library.
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = seckill::cli::Cli::parse();
+    match seckill::cli::run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("seckill: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Postgres queries for vouchers.
+use super::model::{FlashSale, NewVoucher, Voucher};
+use chrono::{DateTime, Utc};
+use sqlx::{postgres::PgRow, PgExecutor, Row};
+
+const SELECT: &str =
+    "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
+        v.created_at, s.total_stock, s.begin_at, s.end_at
+   FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id";
+
+fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
+    let total: Option<i32> = row.try_get("total_stock")?;
+    let begin_at: Option<DateTime<Utc>> = row.try_get("begin_at")?;
+    let end_at: Option<DateTime<Utc>> = row.try_get("end_at")?;
+    let flash = match (total, begin_at, end_at) {
+        (Some(stock), Some(begin_at), Some(end_at)) => Some(FlashSale {
+            stock,
+            begin_at,
+            end_at,
+        }),
+        _ => None,
+    };
+    Ok(Voucher {
+        id: row.try_get("id")?,
+        shop_id: row.try_get("shop_id")?,
+        title: row.try_get("title")?,
+        sub_title: row.try_get("sub_title")?,
+        rules: row.try_get("rules")?,
+        pay_value: row.try_get("pay_value")?,
+        actual_value: row.try_get("actual_value")?,
+        flash,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+/// Inserts a voucher (and its flash-sale row) and returns it.
+pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Voucher, sqlx::Error> {
+    let (id, created_at): (i64, DateTime<Utc>) = sqlx::query_as(
+        "INSERT INTO vouchers (shop_id, title, sub_title, rules, pay_value, actual_value)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at",
+    )
+    .bind(v.shop_id)
+    .bind(&v.title)
+    .bind(&v.sub_title)
+    .bind(&v.rules)
+    .bind(v.pay_value)
+    .bind(v.actual_value)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(f) = &v.flash {
+        sqlx::query(
+            "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at)
+             VALUES ($1, $2, $2, $3, $4)",
+        )
+        .bind(id)
+        .bind(f.stock)
+        .bind(f.begin_at)
+        .bind(f.end_at)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(Voucher {
+        id,
+        shop_id: v.shop_id,
+        title: v.title.clone(),
+        sub_title: v.sub_title.clone(),
+        rules: v.rules.clone(),
+        pay_value: v.pay_value,
+        actual_value: v.actual_value,
+        flash: v.flash.clone(),
+        created_at,
+    })
+}
+
+pub async fn get(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
+    sqlx::query(&format!("{SELECT} WHERE v.id = $1"))
+        .bind(id)
+        .try_map(|r: PgRow| from_row(&r))
+        .fetch_optional(db)
+        .await
+}
+
+pub async fn list_by_shop(
+    db: impl PgExecutor<'_>,
+    shop_id: i64,
+) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(&format!(
+        "{SELECT} WHERE v.shop_id = $1 ORDER BY v.id LIMIT 1000"
+    ))
+    .bind(shop_id)
+    .try_map(|r: PgRow| from_row(&r))
+    .fetch_all(db)
+    .await
+}
+
+/// Every voucher, for the in-process cache.
+pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(SELECT)
+        .try_map(|r: PgRow| from_row(&r))
+        .fetch_all(db)
+        .await
+}
+
+/// Adds `n` units to a flash sale in Postgres; `None` if it is not a flash sale.
+pub async fn add_stock(
+    tx: &mut sqlx::PgConnection,
+    id: i64,
+    n: i32,
+) -> Result<Option<()>, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE seckill_vouchers SET stock = stock + $2, total_stock = total_stock + $2 WHERE voucher_id = $1",
+    )
+    .bind(id)
+    .bind(n)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE vouchers SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    Ok((done.rows_affected() == 1).then_some(()))
+}
+
+/// Orders persisted for a voucher (failed ones excluded).
+pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND status <> 'failed'",
+    )
+    .bind(id)
+    .fetch_one(db)
+    .await
+}
