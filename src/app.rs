@@ -76,7 +76,12 @@ impl Default for Options {
 /// Everything a request handler needs.
 pub struct AppState {
     pub settings: Settings,
+    /// For request handlers.
     pub pg: PgPool,
+    /// For background tasks (worker, cache, id blocks): its connections live on the
+    /// main runtime, not on an HTTP worker's, so they outlive the HTTP server during
+    /// shutdown.
+    pub jobs_pg: PgPool,
     pub redis: Redis,
     pub keys: Keys,
     pub cache: Arc<VoucherCache>,
@@ -127,6 +132,7 @@ impl Application {
         }
         let keys = Keys::new(&settings.namespace);
         let pg = pg_pool(&settings)?;
+        let jobs_pg = pg_pool(&settings)?;
         let redis = Redis::new(settings.redis_url.expose(), settings.dependency_timeout)
             .context("REDIS_URL is not a valid Redis URL")?;
         let broker = Arc::new(Broker::new(
@@ -135,22 +141,34 @@ impl Application {
             settings.dependency_timeout,
             settings.delivery_limit,
         ));
-        let counter = DurableCounter::new(redis.clone(), pg.clone(), keys.clone());
-        let sequences = Sequences::new(counter.clone(), pg.clone(), opts.clock.clone());
+        let jobs_counter = DurableCounter::new(redis.clone(), jobs_pg.clone(), keys.clone());
+        let jobs_sequences = Sequences::new(jobs_counter.clone(), jobs_pg.clone(), opts.clock.clone());
+        let sequences = Sequences::new(
+            DurableCounter::new(redis.clone(), pg.clone(), keys.clone()),
+            pg.clone(),
+            opts.clock.clone(),
+        );
         if settings.migrate_on_start && mode.serves_http() {
-            migrate(&pg, &sequences, &settings).await?;
-        } else if let Err(e) = sequences.ensure_order_rule(settings.time_zone).await {
+            migrate(&jobs_pg, &jobs_sequences, &settings).await?;
+        } else if let Err(e) = jobs_sequences.ensure_order_rule(settings.time_zone).await {
             tracing::warn!(error = %format!("{e:#}"), "could not check the default order rule");
         }
         let cache = Arc::new(VoucherCache::default());
-        if let Err(e) = cache.reload(&pg, true).await {
+        if let Err(e) = cache.reload(&jobs_pg, true).await {
             tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
         }
         let instance = uuid::Uuid::new_v4().simple().to_string();
+        let ids = IdWorker::new(jobs_counter, opts.clock.clone(), settings.id_block);
+        if mode.serves_http() {
+            if let Err(e) = ids.warm_up().await {
+                tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");
+            }
+        }
         let state = Arc::new(AppState {
-            ids: IdWorker::new(counter, opts.clock.clone(), settings.id_block),
+            ids,
             settings,
             pg,
+            jobs_pg: jobs_pg.clone(),
             redis,
             keys,
             cache,
@@ -164,7 +182,7 @@ impl Application {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(cache::follow(
             state.cache.clone(),
-            state.pg.clone(),
+            state.jobs_pg.clone(),
             state.redis.clone(),
             state.keys.clone(),
             stop.clone(),
@@ -230,6 +248,12 @@ impl Application {
         self.worker.as_ref()
     }
 
+    /// Cancelling it stops the background tasks (the server stops with
+    /// [`Application::shutdown`]).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
     pub async fn run_until_stopped(self) -> Result<()> {
         wait_for_signal().await;
@@ -249,7 +273,9 @@ impl Application {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
         }
+        self.state.broker.close().await;
         self.state.pg.close().await;
+        self.state.jobs_pg.close().await;
         tracing::info!("stopped");
     }
 
@@ -289,11 +315,7 @@ fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web:
             .wrap(TracingLogger::default())
             .app_data(state.clone())
             .app_data(jwt.clone())
-            .app_data(
-                web::JsonConfig::default()
-                    .limit(limit)
-                    .error_handler(json_error),
-            )
+            .app_data(web::JsonConfig::default().limit(limit).error_handler(json_error))
             .app_data(web::PayloadConfig::new(limit))
             .app_data(web::PathConfig::default().error_handler(path_error))
             .app_data(web::QueryConfig::default().error_handler(query_error))
@@ -317,13 +339,11 @@ fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web:
 
 fn json_error(err: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
     let e = match &err {
-        JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "the request body is too large",
-            )
-        }
+        JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is too large",
+        ),
         JsonPayloadError::ContentType => ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",

@@ -64,7 +64,7 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
     // Let every instance's cache learn the voucher.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let base_user = (now.timestamp_millis() as i64 % 1_000_000_000) * 1000 + 1;
+    let base_user = (now.timestamp_millis() % 1_000_000_000) * 1000 + 1;
     let tokens: Arc<Vec<String>> = Arc::new(
         (0..args.shoppers as i64)
             .map(|i| keys.mint(base_user + i, Role::Shopper, 3600))
@@ -77,8 +77,7 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency {
-        let (client, tokens, next, url) =
-            (client.clone(), tokens.clone(), next.clone(), url.clone());
+        let (client, tokens, next, url) = (client.clone(), tokens.clone(), next.clone(), url.clone());
         tasks.push(tokio::spawn(async move {
             let mut hists: BTreeMap<String, Hist> = BTreeMap::new();
             let mut last_accept = None;
@@ -205,10 +204,7 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
 async fn command_stats(settings: &Settings) -> Result<BTreeMap<String, u64>> {
     let client = redis::Client::open(settings.redis_url.expose())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await?;
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
     Ok(parse_command_stats(&info))
 }
 
@@ -216,11 +212,7 @@ pub fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
             Some((name.to_owned(), calls))
         })
         .collect()

@@ -55,10 +55,7 @@ impl Broker {
     /// the connection alive for as long as it uses the channel.
     pub async fn open(&self) -> Result<(Connection, Channel)> {
         let conn = self.connect().await?;
-        let channel = conn
-            .create_channel()
-            .await
-            .context("opening an AMQP channel")?;
+        let channel = conn.create_channel().await.context("opening an AMQP channel")?;
         self.declare(&channel).await?;
         Ok((conn, channel))
     }
@@ -79,14 +76,9 @@ impl Broker {
         )
         .await
         .context("declaring the orders exchange")?;
-        ch.exchange_declare(
-            &k.dead_exchange(),
-            ExchangeKind::Fanout,
-            durable,
-            FieldTable::default(),
-        )
-        .await
-        .context("declaring the dead-letter exchange")?;
+        ch.exchange_declare(&k.dead_exchange(), ExchangeKind::Fanout, durable, FieldTable::default())
+            .await
+            .context("declaring the dead-letter exchange")?;
 
         let mut args = FieldTable::default();
         // Quorum: replicated and fsynced, faster than a durable classic queue for
@@ -150,6 +142,13 @@ impl Broker {
         let conn = self.connect().await?;
         *guard = Some(conn);
         Ok(())
+    }
+
+    /// Closes the health-check connection.
+    pub async fn close(&self) {
+        if let Some(conn) = self.health.lock().await.take() {
+            let _ = conn.close(200, "shutting down").await;
+        }
     }
 
     /// Deletes every queue and exchange of the namespace (test clean-up).

@@ -7,11 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "seckill",
-    version,
-    about = "Flash-sale voucher ordering backend"
-)]
+#[command(name = "seckill", version, about = "Flash-sale voucher ordering backend")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -48,17 +44,10 @@ pub enum RoleArg {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    if let Command::Token {
-        user,
-        role,
-        ttl_secs,
-    } = cli.command
-    {
+    if let Command::Token { user, role, ttl_secs } = cli.command {
         let settings = Settings::from_env()?;
         if settings.jwt_secret_is_dev {
-            eprintln!(
-                "warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret"
-            );
+            eprintln!("warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret");
         }
         anyhow::ensure!(user > 0, "--user must be a positive id");
         let role = match role {
@@ -86,18 +75,11 @@ pub fn run(cli: Cli) -> Result<()> {
             Command::Migrate => {
                 let pg = app::pg_pool(&settings)?;
                 let counter = crate::sequence::counter::DurableCounter::new(
-                    crate::redis_conn::Redis::new(
-                        settings.redis_url.expose(),
-                        settings.dependency_timeout,
-                    )?,
+                    crate::redis_conn::Redis::new(settings.redis_url.expose(), settings.dependency_timeout)?,
                     pg.clone(),
                     crate::keys::Keys::new(&settings.namespace),
                 );
-                let sequences = crate::sequence::Sequences::new(
-                    counter,
-                    pg.clone(),
-                    crate::clock::Clock::system(),
-                );
+                let sequences = crate::sequence::Sequences::new(counter, pg.clone(), crate::clock::Clock::system());
                 app::migrate(&pg, &sequences, &settings).await?;
                 println!("migrations applied");
                 return Ok(());
@@ -105,9 +87,6 @@ pub fn run(cli: Cli) -> Result<()> {
             Command::Bench(args) => return crate::bench::run(args, &settings).await,
             Command::Token { .. } => unreachable!("handled above"),
         };
-        Application::build(settings, mode)
-            .await?
-            .run_until_stopped()
-            .await
+        Application::build(settings, mode).await?.run_until_stopped().await
     })
 }

@@ -95,47 +95,24 @@ impl Settings {
         let s = Settings {
             http_addr: var("SECKILL_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
             database_url: Secret::new(
-                var("DATABASE_URL")
-                    .unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
+                var("DATABASE_URL").unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
             ),
-            redis_url: Secret::new(
-                var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
-            ),
-            amqp_url: Secret::new(
-                var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into()),
-            ),
+            redis_url: Secret::new(var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into())),
+            amqp_url: Secret::new(var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into())),
             namespace,
             jwt_secret,
             jwt_secret_is_dev,
             time_zone,
-            payment_window: Duration::from_secs(num(
-                &var,
-                "SECKILL_PAYMENT_WINDOW_SECS",
-                900,
-                1,
-                30 * 86_400,
-            )?),
+            payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
             rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
             rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 0, 0, 10_000_000)? as u32,
             max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
             migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
             db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,
             body_limit: num(&var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
-            dependency_timeout: Duration::from_millis(num(
-                &var,
-                "SECKILL_DEPENDENCY_TIMEOUT_MS",
-                2000,
-                10,
-                600_000,
-            )?),
+            dependency_timeout: Duration::from_millis(num(&var, "SECKILL_DEPENDENCY_TIMEOUT_MS", 2000, 10, 600_000)?),
             relay_batch: num(&var, "SECKILL_RELAY_BATCH", 1000, 1, 10_000)? as usize,
-            relay_claim_idle: Duration::from_millis(num(
-                &var,
-                "SECKILL_RELAY_CLAIM_IDLE_MS",
-                30_000,
-                100,
-                86_400_000,
-            )?),
+            relay_claim_idle: Duration::from_millis(num(&var, "SECKILL_RELAY_CLAIM_IDLE_MS", 30_000, 100, 86_400_000)?),
             worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 32, 1, 10_000)? as u16,
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
@@ -145,13 +122,7 @@ impl Settings {
     }
 }
 
-fn num(
-    var: &impl Fn(&str) -> Option<String>,
-    key: &str,
-    default: u64,
-    min: u64,
-    max: u64,
-) -> Result<u64> {
+fn num(var: &impl Fn(&str) -> Option<String>, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
     let Some(raw) = var(key) else {
         return Ok(default);
     };
@@ -176,11 +147,7 @@ fn flag(var: &impl Fn(&str) -> Option<String>, key: &str, default: bool) -> Resu
 
 /// Namespaces prefix Redis keys and AMQP names: keep them to a safe alphabet.
 fn validate_namespace(ns: &str) -> Result<()> {
-    let ok = !ns.is_empty()
-        && ns.len() <= 64
-        && ns
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = !ns.is_empty() && ns.len() <= 64 && ns.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !ok {
         bail!("SECKILL_NAMESPACE must be 1-64 characters of [A-Za-z0-9_-], got {ns:?}");
     }
@@ -192,10 +159,7 @@ mod tests {
     use super::*;
 
     fn with(pairs: &[(&str, &str)]) -> Result<Settings> {
-        let map = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let map = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::from_map(&map)
     }
 

@@ -82,9 +82,9 @@ impl JwtKeys {
             .map_err(|e| ApiError::unauthorized(format!("invalid token: sub {e}")))?;
         let role = match data.claims.role.as_deref() {
             None => Role::Shopper,
-            Some(r) => Role::parse(r).ok_or_else(|| {
-                ApiError::unauthorized(format!("invalid token: unknown role {r:?}"))
-            })?,
+            Some(r) => {
+                Role::parse(r).ok_or_else(|| ApiError::unauthorized(format!("invalid token: unknown role {r:?}")))?
+            }
         };
         Ok(Caller { user_id, role })
     }
@@ -157,9 +157,7 @@ impl FromRequest for ServiceCaller {
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(caller_of(req).and_then(|c| match c.role {
             Role::Admin | Role::Service => Ok(ServiceCaller(c)),
-            Role::Shopper => Err(ApiError::forbidden(
-                "this endpoint needs the service or admin role",
-            )),
+            Role::Shopper => Err(ApiError::forbidden("this endpoint needs the service or admin role")),
         }))
     }
 }

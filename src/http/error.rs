@@ -64,11 +64,7 @@ impl ApiError {
             return Self::unavailable("a dependency is unavailable, try again shortly", 1);
         }
         tracing::error!(error = %format!("{err:#}"), "internal error");
-        Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
     }
 }
 
@@ -76,32 +72,26 @@ impl ApiError {
 fn is_dependency_down(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         if let Some(e) = cause.downcast_ref::<redis::RedisError>() {
-            return e.is_io_error()
-                || e.is_timeout()
-                || e.is_connection_dropped()
-                || e.is_connection_refusal();
+            return e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
         }
         if let Some(e) = cause.downcast_ref::<sqlx::Error>() {
-            return matches!(
-                e,
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-            );
+            return match e {
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+                // Connection failures (08), shutdowns and "cannot connect now" (57),
+                // too many connections (53).
+                sqlx::Error::Database(db) => db
+                    .code()
+                    .is_some_and(|c| c.starts_with("08") || c.starts_with("57") || c.starts_with("53")),
+                _ => false,
+            };
         }
-        cause
-            .downcast_ref::<tokio::time::error::Elapsed>()
-            .is_some()
+        cause.downcast_ref::<tokio::time::error::Elapsed>().is_some()
     })
 }
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}: {}",
-            self.status.as_u16(),
-            self.code,
-            self.message
-        )
+        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
     }
 }
 

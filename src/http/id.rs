@@ -32,10 +32,7 @@ pub fn parse_value(v: &Value) -> Result<i64, String> {
             Some(i) if i > 0 => Ok(i),
             _ => Err(format!("must be a positive 64-bit integer, got {n}")),
         },
-        other => Err(format!(
-            "must be a decimal string or a number, got {}",
-            kind(other)
-        )),
+        other => Err(format!("must be a decimal string or a number, got {}", kind(other))),
     }
 }
 

@@ -7,6 +7,12 @@
 //! (second, counter) pairs are: a block is only used on the day it was taken, the
 //! counter never repeats within a day (even after Redis loses it), and the second
 //! pins the day.
+//!
+//! Only background tasks touch Redis for blocks and, through the durable mark,
+//! Postgres: a block is fetched when the process starts ([`IdWorker::warm_up`]), a
+//! spare is fetched while the current one is in use, and in the last minutes of a
+//! UTC day the first block of the next day is fetched ahead, so the order path keeps
+//! working through midnight even while Postgres is down.
 use crate::clock::Clock;
 use crate::sequence::counter::DurableCounter;
 use anyhow::{bail, Result};
@@ -19,6 +25,8 @@ const COUNTER_BITS: u32 = 32;
 /// The durable mark moves this far ahead of the counter per Postgres write.
 const DURABLE_STEP: u64 = 1_000_000;
 const DAY_SECS: i64 = 86_400;
+/// How long before UTC midnight the next day's first block is fetched.
+const NEXT_DAY_AHEAD_SECS: i64 = 600;
 
 #[derive(Clone, Copy, Debug)]
 struct Block {
@@ -27,39 +35,39 @@ struct Block {
     last: u64,
 }
 
+/// Blocks in hand: at most a current and a spare for today and one for tomorrow.
 #[derive(Default)]
 struct Blocks {
-    current: Option<Block>,
-    spare: Option<Block>,
+    list: Vec<Block>,
     refilling: bool,
+    /// After a failed fetch, the next background attempt waits until then.
+    retry_at: Option<std::time::Instant>,
 }
 
 impl Blocks {
-    /// The next counter value for `day`, dropping blocks of other days.
+    /// The next counter value for `day`; blocks of past days are dropped.
     fn take(&mut self, day: i64) -> Option<u64> {
-        for slot in [&mut self.current, &mut self.spare] {
-            if slot.is_some_and(|b| b.day != day || b.next > b.last) {
-                *slot = None;
-            }
-        }
-        if self.current.is_none() {
-            self.current = self.spare.take();
-        }
-        let block = self.current.as_mut()?;
+        self.list.retain(|b| b.day >= day && b.next <= b.last);
+        let block = self.list.iter_mut().find(|b| b.day == day)?;
         let v = block.next;
         block.next += 1;
         Some(v)
     }
 
-    fn install(&mut self, block: Block) {
-        if self
-            .current
-            .is_none_or(|b| b.next > b.last || b.day != block.day)
-        {
-            self.current = Some(block);
+    /// The day a block should be fetched for next, if any.
+    fn wanted(&self, day: i64, secs_into_day: i64) -> Option<i64> {
+        let live = |d: i64| self.list.iter().filter(|b| b.day == d && b.next <= b.last).count();
+        if live(day) < 2 {
+            Some(day)
+        } else if secs_into_day >= DAY_SECS - NEXT_DAY_AHEAD_SECS && live(day + 1) == 0 {
+            Some(day + 1)
         } else {
-            self.spare = Some(block);
+            None
         }
+    }
+
+    fn install(&mut self, block: Block) {
+        self.list.push(block);
     }
 }
 
@@ -68,6 +76,8 @@ pub struct IdWorker {
     clock: Clock,
     block: u64,
     blocks: Mutex<Blocks>,
+    /// Background fetches run here, never on an HTTP worker's runtime.
+    home: tokio::runtime::Handle,
 }
 
 impl IdWorker {
@@ -77,7 +87,16 @@ impl IdWorker {
             clock,
             block: block.max(1) as u64,
             blocks: Mutex::new(Blocks::default()),
+            home: tokio::runtime::Handle::current(),
         })
+    }
+
+    /// Fetches today's first block so that the first orders need no round trip.
+    pub async fn warm_up(&self) -> Result<()> {
+        let day = self.clock.now().timestamp().div_euclid(DAY_SECS);
+        let block = self.fetch(day).await?;
+        self.blocks.lock().expect("id blocks poisoned").install(block);
+        Ok(())
     }
 
     /// The next order id. Awaits Redis only when no block is left.
@@ -88,10 +107,13 @@ impl IdWorker {
             let taken = {
                 let mut blocks = self.blocks.lock().expect("id blocks poisoned");
                 let v = blocks.take(day);
-                if v.is_some() && blocks.spare.is_none() && !blocks.refilling {
-                    blocks.refilling = true;
-                    let me = Arc::clone(self);
-                    tokio::spawn(async move { me.refill(day).await });
+                let backing_off = blocks.retry_at.is_some_and(|t| std::time::Instant::now() < t);
+                if !blocks.refilling && !backing_off {
+                    if let Some(want) = blocks.wanted(day, now.timestamp().rem_euclid(DAY_SECS)) {
+                        blocks.refilling = true;
+                        let me = Arc::clone(self);
+                        self.home.spawn(async move { me.refill(want).await });
+                    }
                 }
                 v
             };
@@ -99,10 +121,7 @@ impl IdWorker {
                 return compose(now, counter);
             }
             let block = self.fetch(day).await?;
-            self.blocks
-                .lock()
-                .expect("id blocks poisoned")
-                .install(block);
+            self.blocks.lock().expect("id blocks poisoned").install(block);
         }
         bail!("could not obtain an order id block")
     }
@@ -112,8 +131,14 @@ impl IdWorker {
         let mut blocks = self.blocks.lock().expect("id blocks poisoned");
         blocks.refilling = false;
         match fetched {
-            Ok(block) => blocks.install(block),
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "prefetching an id block failed"),
+            Ok(block) => {
+                blocks.retry_at = None;
+                blocks.install(block);
+            }
+            Err(e) => {
+                blocks.retry_at = Some(std::time::Instant::now() + std::time::Duration::from_secs(1));
+                tracing::warn!(error = %format!("{e:#}"), "prefetching an id block failed; retrying in 1s");
+            }
         }
     }
 
@@ -122,10 +147,7 @@ impl IdWorker {
         // Keep the key one extra day past its own, then let it expire.
         let now = self.clock.now().timestamp();
         let ttl = ((day + 2) * DAY_SECS - now).max(60) as u64;
-        let r = self
-            .counter
-            .take(&scope, self.block, ttl, DURABLE_STEP)
-            .await?;
+        let r = self.counter.take(&scope, self.block, ttl, DURABLE_STEP).await?;
         Ok(Block {
             day,
             next: r.first,
@@ -157,9 +179,7 @@ mod tests {
 
     #[test]
     fn ids_are_positive_and_carry_their_second() {
-        let now = DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z")
-            .unwrap()
-            .to_utc();
+        let now = DateTime::parse_from_rfc3339("2026-11-21T12:00:00Z").unwrap().to_utc();
         let id = compose(now, u32::MAX as u64).unwrap();
         assert!(id > 0);
         assert_eq!(created_at(id), Some(now));

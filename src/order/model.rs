@@ -54,5 +54,4 @@ impl Order {
     }
 }
 
-pub const ORDER_COLUMNS: &str =
-    "id, order_no, voucher_id, user_id, status, created_at, paid_at, cancelled_at";
+pub const ORDER_COLUMNS: &str = "id, order_no, voucher_id, user_id, status, created_at, paid_at, cancelled_at";

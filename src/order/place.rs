@@ -14,8 +14,7 @@ use redis::Script;
 use serde_json::json;
 use std::sync::LazyLock;
 
-static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
 
 /// What `reserve.lua` decided.
 #[derive(Debug, PartialEq, Eq)]
@@ -75,12 +74,11 @@ pub async fn place(
         .cache
         .get(voucher_id)
         .ok_or_else(|| ApiError::not_found("voucher_not_found", "no voucher with this id"))?;
-    let flash = entry.voucher.flash.as_ref().ok_or_else(|| {
-        ApiError::conflict(
-            "not_a_flash_sale",
-            "this voucher is not sold in a flash sale",
-        )
-    })?;
+    let flash = entry
+        .voucher
+        .flash
+        .as_ref()
+        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "this voucher is not sold in a flash sale"))?;
     let now = state.clock.now();
     if now < flash.begin_at {
         return Err(ApiError::conflict(
@@ -99,17 +97,10 @@ pub async fn place(
         return Err(sold_out());
     }
     let order_id = state.ids.next_id().await?;
-    match reserve(
-        &state,
-        voucher_id,
-        caller.user_id,
-        order_id,
-        now.timestamp_millis(),
-    )
-    .await?
-    {
-        Reservation::Accepted { .. } => Ok(HttpResponse::Accepted()
-            .json(json!({"order_id": order_id.to_string(), "status": "pending"}))),
+    match reserve(&state, voucher_id, caller.user_id, order_id, now.timestamp_millis()).await? {
+        Reservation::Accepted { .. } => {
+            Ok(HttpResponse::Accepted().json(json!({"order_id": order_id.to_string(), "status": "pending"})))
+        }
         Reservation::SoldOut => {
             entry.mark_sold_out(seen);
             Err(sold_out())
@@ -123,10 +114,7 @@ pub async fn place(
                 voucher_id,
                 "flash-sale stock missing in Redis; refusing orders until it is rebuilt"
             );
-            Err(ApiError::unavailable(
-                "this sale is temporarily unavailable",
-                2,
-            ))
+            Err(ApiError::unavailable("this sale is temporarily unavailable", 2))
         }
     }
 }

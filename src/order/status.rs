@@ -17,12 +17,10 @@ fn not_found() -> ApiError {
 }
 
 pub async fn by_id(db: impl PgExecutor<'_>, order_id: i64) -> Result<Option<Order>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE id = $1"
-    ))
-    .bind(order_id)
-    .fetch_optional(db)
-    .await
+    sqlx::query_as(&format!("SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE id = $1"))
+        .bind(order_id)
+        .fetch_optional(db)
+        .await
 }
 
 /// Finds a pending order by id among the flash sales whose window contains the
@@ -80,9 +78,7 @@ pub async fn get(
     };
     match order {
         // Someone else's order looks exactly like a missing one.
-        Some(o) if o.user_id == caller.user_id || caller.is_admin() => {
-            Ok(HttpResponse::Ok().json(o))
-        }
+        Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(HttpResponse::Ok().json(o)),
         _ => Err(not_found()),
     }
 }
@@ -118,12 +114,7 @@ pub async fn mine(
             .and_then(parse_accepted)
             .map(|(_, ms)| ms)
             .unwrap_or_default();
-        return Ok(HttpResponse::Ok().json(Order::pending(
-            order_id,
-            voucher_id,
-            caller.user_id,
-            ms,
-        )));
+        return Ok(HttpResponse::Ok().json(Order::pending(order_id, voucher_id, caller.user_id, ms)));
     }
     // No live order: the latest one in Postgres (e.g. cancelled), if any.
     let latest: Option<Order> = sqlx::query_as(&format!(
@@ -134,7 +125,5 @@ pub async fn mine(
     .bind(voucher_id)
     .fetch_optional(&state.pg)
     .await?;
-    latest
-        .map(|o| HttpResponse::Ok().json(o))
-        .ok_or_else(not_found)
+    latest.map(|o| HttpResponse::Ok().json(o)).ok_or_else(not_found)
 }

@@ -157,11 +157,7 @@ impl Relay {
         Ok(orders.len())
     }
 
-    async fn read(
-        &self,
-        streams: &[String],
-        read: Read,
-    ) -> redis::RedisResult<Option<StreamReadReply>> {
+    async fn read(&self, streams: &[String], read: Read) -> redis::RedisResult<Option<StreamReadReply>> {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(RELAY_GROUP)
@@ -218,11 +214,7 @@ impl Relay {
     async fn acknowledge(&self, done: &HashMap<String, Vec<String>>) -> Result<()> {
         let mut pipe = redis::pipe();
         for (stream, ids) in done {
-            pipe.cmd("XACK")
-                .arg(stream)
-                .arg(RELAY_GROUP)
-                .arg(ids)
-                .ignore();
+            pipe.cmd("XACK").arg(stream).arg(RELAY_GROUP).arg(ids).ignore();
             pipe.cmd("XDEL").arg(stream).arg(ids).ignore();
         }
         let mut conn = self.redis.conn().await?;
@@ -257,17 +249,12 @@ impl Relay {
                     }
                 }
                 Ok(_) => {}
-                Err(err) if err.code() == Some("NOGROUP") => {
-                    self.ensure_groups(std::slice::from_ref(&stream)).await?
-                }
+                Err(err) if err.code() == Some("NOGROUP") => self.ensure_groups(std::slice::from_ref(&stream)).await?,
                 Err(err) => return Err(err).context("XAUTOCLAIM"),
             }
         }
         if claimed > 0 {
-            tracing::info!(
-                claimed,
-                "took over outbox entries left pending by another relay"
-            );
+            tracing::info!(claimed, "took over outbox entries left pending by another relay");
         }
         Ok(claimed)
     }

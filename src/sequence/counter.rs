@@ -13,10 +13,8 @@ use redis::Script;
 use sqlx::PgPool;
 use std::sync::LazyLock;
 
-static NEXT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/counter_next.lua")));
-static RAISE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/counter_raise.lua")));
+static NEXT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_next.lua")));
+static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_raise.lua")));
 
 /// Durable counters under one namespace.
 #[derive(Clone)]
@@ -87,12 +85,11 @@ impl DurableCounter {
     }
 
     async fn durable_mark(&self, scope: &str) -> Result<u64> {
-        let high: Option<i64> =
-            sqlx::query_scalar("SELECT high FROM counter_watermarks WHERE scope = $1")
-                .bind(scope)
-                .fetch_optional(&self.pg)
-                .await
-                .context("reading a counter's durable mark")?;
+        let high: Option<i64> = sqlx::query_scalar("SELECT high FROM counter_watermarks WHERE scope = $1")
+            .bind(scope)
+            .fetch_optional(&self.pg)
+            .await
+            .context("reading a counter's durable mark")?;
         Ok(high.unwrap_or(0) as u64)
     }
 

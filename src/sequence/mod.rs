@@ -38,8 +38,8 @@ impl Sequences {
 
     /// Creates the default `order` rule if it does not exist yet.
     pub async fn ensure_order_rule(&self, tz: chrono_tz::Tz) -> Result<()> {
-        let rule = Rule::parse_parts(ORDER_RULE, "SK", "yyyyMMdd", 4, tz.name())
-            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let rule =
+            Rule::parse_parts(ORDER_RULE, "SK", "yyyyMMdd", 4, tz.name()).map_err(|e| anyhow::anyhow!(e.message))?;
         rule::insert_if_missing(&self.pg, &rule)
             .await
             .context("creating the default order rule")
@@ -47,10 +47,7 @@ impl Sequences {
 
     /// `count` consecutive numbers of rule `name` for `tenant`; `None` if no such rule.
     pub async fn next(&self, name: &str, tenant: i64, count: u64) -> Result<Option<Vec<String>>> {
-        let Some(rule) = rule::get(&self.pg, name)
-            .await
-            .context("reading a sequence rule")?
-        else {
+        let Some(rule) = rule::get(&self.pg, name).await.context("reading a sequence rule")? else {
             return Ok(None);
         };
         self.next_for(&rule, tenant, count).await.map(Some)
@@ -64,11 +61,7 @@ impl Sequences {
         // The key outlives its local day by one more day, then expires.
         let next_midnight = day
             .checked_add_days(Days::new(2))
-            .and_then(|d| {
-                rule.tz
-                    .from_local_datetime(&d.and_hms_opt(0, 0, 0)?)
-                    .earliest()
-            })
+            .and_then(|d| rule.tz.from_local_datetime(&d.and_hms_opt(0, 0, 0)?).earliest())
             .map(|t| (t.timestamp() - now.timestamp()).max(60) as u64)
             .unwrap_or(3 * 86_400);
         let range = self
@@ -76,8 +69,6 @@ impl Sequences {
             .take(&scope, count, next_midnight, DURABLE_STEP.max(count))
             .await?;
         let date = rule.format_date(day);
-        Ok((range.first..=range.last)
-            .map(|n| rule.number(&date, n))
-            .collect())
+        Ok((range.first..=range.last).map(|n| rule.number(&date, n)).collect())
     }
 }

@@ -38,13 +38,12 @@ pub fn chrono_format(pattern: &str) -> Result<String, String> {
         } else if rest.starts_with("dd") {
             day = true;
             ("dd", "%d")
-        } else if let Some(sep) = ["-", "/", ".", "_"]
-            .into_iter()
-            .find(|s| rest.starts_with(s))
-        {
+        } else if let Some(sep) = ["-", "/", ".", "_"].into_iter().find(|s| rest.starts_with(s)) {
             (sep, sep)
         } else {
-            return Err(format!("unknown date pattern {pattern:?}: use yyyy or yy, MM, dd and the separators - / . _"));
+            return Err(format!(
+                "unknown date pattern {pattern:?}: use yyyy or yy, MM, dd and the separators - / . _"
+            ));
         };
         out.push_str(fmt);
         rest = &rest[token.len()..];
@@ -71,10 +70,7 @@ impl Rule {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
         {
-            return Err(ApiError::validation(
-                "name",
-                "must be 1-64 characters of [a-z0-9_-]",
-            ));
+            return Err(ApiError::validation("name", "must be 1-64 characters of [a-z0-9_-]"));
         }
         if prefix.is_empty() || prefix.chars().count() > 32 {
             return Err(ApiError::validation("prefix", "must be 1-32 characters"));
@@ -85,17 +81,13 @@ impl Rule {
                 "must not contain spaces or control characters",
             ));
         }
-        let chrono_format =
-            chrono_format(date_format).map_err(|e| ApiError::validation("date_format", e))?;
+        let chrono_format = chrono_format(date_format).map_err(|e| ApiError::validation("date_format", e))?;
         if !(1..=18).contains(&min_width) {
-            return Err(ApiError::validation(
-                "min_width",
-                "must be between 1 and 18",
-            ));
+            return Err(ApiError::validation("min_width", "must be between 1 and 18"));
         }
-        let tz: Tz = time_zone.parse().map_err(|_| {
-            ApiError::validation("time_zone", format!("unknown IANA time zone {time_zone:?}"))
-        })?;
+        let tz: Tz = time_zone
+            .parse()
+            .map_err(|_| ApiError::validation("time_zone", format!("unknown IANA time zone {time_zone:?}")))?;
         Ok(Self {
             name: name.to_owned(),
             prefix: prefix.to_owned(),
@@ -113,13 +105,7 @@ impl Rule {
 
     /// prefix + date + counter, zero-padded to `min_width` and wider when it outgrows it.
     pub fn number(&self, date: &str, n: u64) -> String {
-        format!(
-            "{}{}{:0width$}",
-            self.prefix,
-            date,
-            n,
-            width = self.min_width as usize
-        )
+        format!("{}{}{:0width$}", self.prefix, date, n, width = self.min_width as usize)
     }
 }
 
@@ -129,9 +115,8 @@ fn from_row(row: sqlx::postgres::PgRow) -> Result<Rule, sqlx::Error> {
     let date_format: String = row.try_get("date_format")?;
     let min_width: i32 = row.try_get("min_width")?;
     let time_zone: String = row.try_get("time_zone")?;
-    Rule::parse_parts(&name, &prefix, &date_format, min_width as i64, &time_zone).map_err(|e| {
-        sqlx::Error::Decode(format!("stored rule {name} is invalid: {}", e.message).into())
-    })
+    Rule::parse_parts(&name, &prefix, &date_format, min_width as i64, &time_zone)
+        .map_err(|e| sqlx::Error::Decode(format!("stored rule {name} is invalid: {}", e.message).into()))
 }
 
 pub async fn get(db: impl PgExecutor<'_>, name: &str) -> Result<Option<Rule>, sqlx::Error> {
@@ -196,28 +181,14 @@ mod tests {
 
     #[test]
     fn bad_rules_name_their_field() {
-        let field = |r: Result<Rule, ApiError>| {
-            r.unwrap_err().message.split(':').next().unwrap().to_owned()
-        };
-        assert_eq!(
-            field(Rule::parse_parts("a", "", "yyyyMMdd", 4, "UTC")),
-            "prefix"
-        );
-        assert_eq!(
-            field(Rule::parse_parts("a", "P", "yyyyMMdd", 0, "UTC")),
-            "min_width"
-        );
-        assert_eq!(
-            field(Rule::parse_parts("a", "P", "yyyyMMdd", 19, "UTC")),
-            "min_width"
-        );
+        let field = |r: Result<Rule, ApiError>| r.unwrap_err().message.split(':').next().unwrap().to_owned();
+        assert_eq!(field(Rule::parse_parts("a", "", "yyyyMMdd", 4, "UTC")), "prefix");
+        assert_eq!(field(Rule::parse_parts("a", "P", "yyyyMMdd", 0, "UTC")), "min_width");
+        assert_eq!(field(Rule::parse_parts("a", "P", "yyyyMMdd", 19, "UTC")), "min_width");
         assert_eq!(
             field(Rule::parse_parts("a", "P", "yyyyMMdd", 4, "Nowhere/City")),
             "time_zone"
         );
-        assert_eq!(
-            field(Rule::parse_parts("a", "P", "qq", 4, "UTC")),
-            "date_format"
-        );
+        assert_eq!(field(Rule::parse_parts("a", "P", "qq", 4, "UTC")), "date_format");
     }
 }

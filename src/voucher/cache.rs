@@ -51,18 +51,16 @@ impl Entry {
 
     /// Records "sold out" unless stock came back since `seen`.
     pub fn mark_sold_out(&self, seen: Observed) {
-        let _ =
-            self.state
-                .compare_exchange(seen.0, seen.0 | 1, Ordering::AcqRel, Ordering::Relaxed);
+        let _ = self
+            .state
+            .compare_exchange(seen.0, seen.0 | 1, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     /// Stock came back: clear the flag and start a new generation.
     pub fn stock_returned(&self) {
         let _ = self
             .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
-                Some(((s >> 1) + 1) << 1)
-            });
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(((s >> 1) + 1) << 1));
     }
 }
 
@@ -79,10 +77,7 @@ impl VoucherCache {
     /// Every flash-sale voucher (the relay reads their outboxes).
     pub fn flash_sales(&self) -> Vec<Arc<Entry>> {
         let map = self.map.read().expect("cache poisoned");
-        map.values()
-            .filter(|e| e.voucher.is_flash_sale())
-            .cloned()
-            .collect()
+        map.values().filter(|e| e.voucher.is_flash_sale()).cloned().collect()
     }
 
     /// Inserts or replaces one voucher; a replaced entry starts with no sold-out flag.
@@ -103,9 +98,7 @@ impl VoucherCache {
     /// Replaces the whole cache from Postgres. Unchanged vouchers keep their entry
     /// (and flag) unless `clear_flags`.
     pub async fn reload(&self, pg: &PgPool, clear_flags: bool) -> Result<usize> {
-        let all = repo::all(pg)
-            .await
-            .context("loading vouchers into the cache")?;
+        let all = repo::all(pg).await.context("loading vouchers into the cache")?;
         let mut map = self.map.write().expect("cache poisoned");
         let mut fresh = HashMap::with_capacity(all.len());
         for v in all {
@@ -139,13 +132,7 @@ impl VoucherCache {
 
 /// Keeps `cache` current until `stop`: subscribe, reload, apply events, and start
 /// over after any failure.
-pub async fn follow(
-    cache: Arc<VoucherCache>,
-    pg: PgPool,
-    redis: Redis,
-    keys: Keys,
-    stop: CancellationToken,
-) {
+pub async fn follow(cache: Arc<VoucherCache>, pg: PgPool, redis: Redis, keys: Keys, stop: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     while !stop.is_cancelled() {
         let result = follow_once(&cache, &pg, &redis, &keys, &stop).await;
@@ -167,11 +154,7 @@ async fn follow_once(
     keys: &Keys,
     stop: &CancellationToken,
 ) -> Result<()> {
-    let mut pubsub = redis
-        .client()
-        .get_async_pubsub()
-        .await
-        .context("opening pub/sub")?;
+    let mut pubsub = redis.client().get_async_pubsub().await.context("opening pub/sub")?;
     pubsub
         .subscribe(keys.events())
         .await

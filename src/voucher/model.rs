@@ -55,10 +55,8 @@ impl NewVoucher {
         let obj = body
             .as_object()
             .ok_or_else(|| ApiError::validation("body", "must be a JSON object"))?;
-        let shop_id = id::parse_value(required(obj, "shop_id")?)
-            .map_err(|e| ApiError::validation("shop_id", e))?;
-        let title =
-            text(obj, "title", 255)?.ok_or_else(|| ApiError::validation("title", "is required"))?;
+        let shop_id = id::parse_value(required(obj, "shop_id")?).map_err(|e| ApiError::validation("shop_id", e))?;
+        let title = text(obj, "title", 255)?.ok_or_else(|| ApiError::validation("title", "is required"))?;
         if title.trim().is_empty() {
             return Err(ApiError::validation("title", "must not be blank"));
         }
@@ -69,12 +67,8 @@ impl NewVoucher {
         let stock = optional(obj, "stock")
             .map(|v| whole(v, "stock", 0, MAX_STOCK))
             .transpose()?;
-        let begin_at = optional(obj, "begin_at")
-            .map(|v| time(v, "begin_at"))
-            .transpose()?;
-        let end_at = optional(obj, "end_at")
-            .map(|v| time(v, "end_at"))
-            .transpose()?;
+        let begin_at = optional(obj, "begin_at").map(|v| time(v, "begin_at")).transpose()?;
+        let end_at = optional(obj, "end_at").map(|v| time(v, "end_at")).transpose()?;
         let flash = match (stock, begin_at, end_at) {
             (None, None, None) => None,
             (None, _, _) => {
@@ -83,18 +77,8 @@ impl NewVoucher {
                     "is required for a flash-sale voucher (begin_at/end_at given)",
                 ))
             }
-            (Some(_), None, _) => {
-                return Err(ApiError::validation(
-                    "begin_at",
-                    "is required for a flash-sale voucher",
-                ))
-            }
-            (Some(_), _, None) => {
-                return Err(ApiError::validation(
-                    "end_at",
-                    "is required for a flash-sale voucher",
-                ))
-            }
+            (Some(_), None, _) => return Err(ApiError::validation("begin_at", "is required for a flash-sale voucher")),
+            (Some(_), _, None) => return Err(ApiError::validation("end_at", "is required for a flash-sale voucher")),
             (Some(stock), Some(begin_at), Some(end_at)) => {
                 if begin_at >= end_at {
                     return Err(ApiError::validation("end_at", "must be after begin_at"));
@@ -126,11 +110,7 @@ fn required<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Value, A
     optional(obj, field).ok_or_else(|| ApiError::validation(field, "is required"))
 }
 
-fn text(
-    obj: &Map<String, Value>,
-    field: &str,
-    max_chars: usize,
-) -> Result<Option<String>, ApiError> {
+fn text(obj: &Map<String, Value>, field: &str, max_chars: usize) -> Result<Option<String>, ApiError> {
     match optional(obj, field) {
         None => Ok(None),
         Some(Value::String(s)) if s.chars().count() > max_chars => Err(ApiError::validation(
@@ -177,12 +157,7 @@ fn time(v: &Value, field: &str) -> Result<DateTime<Utc>, ApiError> {
         .ok_or_else(|| ApiError::validation(field, "must be an RFC 3339 time with an offset"))?;
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.to_utc())
-        .map_err(|_| {
-            ApiError::validation(
-                field,
-                format!("must be an RFC 3339 time with an offset, got {s:?}"),
-            )
-        })
+        .map_err(|_| ApiError::validation(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))
 }
 
 #[cfg(test)]

@@ -3,8 +3,7 @@ use super::model::{FlashSale, NewVoucher, Voucher};
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 
-const SELECT: &str =
-    "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
+const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
         v.created_at, s.total_stock, s.begin_at, s.end_at
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id";
 
@@ -80,33 +79,21 @@ pub async fn get(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Voucher>, sq
         .await
 }
 
-pub async fn list_by_shop(
-    db: impl PgExecutor<'_>,
-    shop_id: i64,
-) -> Result<Vec<Voucher>, sqlx::Error> {
-    sqlx::query(&format!(
-        "{SELECT} WHERE v.shop_id = $1 ORDER BY v.id LIMIT 1000"
-    ))
-    .bind(shop_id)
-    .try_map(|r: PgRow| from_row(&r))
-    .fetch_all(db)
-    .await
-}
-
-/// Every voucher, for the in-process cache.
-pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<Voucher>, sqlx::Error> {
-    sqlx::query(SELECT)
+pub async fn list_by_shop(db: impl PgExecutor<'_>, shop_id: i64) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(&format!("{SELECT} WHERE v.shop_id = $1 ORDER BY v.id LIMIT 1000"))
+        .bind(shop_id)
         .try_map(|r: PgRow| from_row(&r))
         .fetch_all(db)
         .await
 }
 
+/// Every voucher, for the in-process cache.
+pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(SELECT).try_map(|r: PgRow| from_row(&r)).fetch_all(db).await
+}
+
 /// Adds `n` units to a flash sale in Postgres; `None` if it is not a flash sale.
-pub async fn add_stock(
-    tx: &mut sqlx::PgConnection,
-    id: i64,
-    n: i32,
-) -> Result<Option<()>, sqlx::Error> {
+pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<Option<()>, sqlx::Error> {
     let done = sqlx::query(
         "UPDATE seckill_vouchers SET stock = stock + $2, total_stock = total_stock + $2 WHERE voucher_id = $1",
     )
@@ -123,10 +110,8 @@ pub async fn add_stock(
 
 /// Orders persisted for a voucher (failed ones excluded).
 pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND status <> 'failed'",
-    )
-    .bind(id)
-    .fetch_one(db)
-    .await
+    sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND status <> 'failed'")
+        .bind(id)
+        .fetch_one(db)
+        .await
 }

@@ -28,11 +28,7 @@ fn voucher_not_found() -> ApiError {
 }
 
 #[tracing::instrument(skip_all)]
-async fn create(
-    state: web::Data<AppState>,
-    _admin: Admin,
-    body: web::Json<Value>,
-) -> Result<HttpResponse, ApiError> {
+async fn create(state: web::Data<AppState>, _admin: Admin, body: web::Json<Value>) -> Result<HttpResponse, ApiError> {
     let new = NewVoucher::parse(&body)?;
     let mut tx = state.pg.begin().await?;
     let voucher = repo::insert(&mut tx, &new).await?;
@@ -53,9 +49,7 @@ async fn admin_get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&path)?;
-    let voucher = repo::get(&state.pg, id)
-        .await?
-        .ok_or_else(voucher_not_found)?;
+    let voucher = repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?;
     Ok(HttpResponse::Ok().json(with_stats(&state, voucher).await?))
 }
 
@@ -73,9 +67,7 @@ async fn add_stock(
         .ok_or_else(|| ApiError::validation("add", "is required"))?;
     let add = whole(add, "add", 1, MAX_STOCK)? as i32;
     let mut tx = state.pg.begin().await?;
-    let voucher = repo::get(&mut *tx, id)
-        .await?
-        .ok_or_else(voucher_not_found)?;
+    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
     let Some(flash) = &voucher.flash else {
         return Err(ApiError::conflict(
             "not_a_flash_sale",
@@ -90,10 +82,7 @@ async fn add_stock(
     }
     repo::add_stock(&mut tx, id, add).await?;
     // Redis first, inside the transaction: if Redis refuses, Postgres is unchanged.
-    if stock::add(&state.redis, &state.keys, id, add)
-        .await?
-        .is_none()
-    {
+    if stock::add(&state.redis, &state.keys, id, add).await?.is_none() {
         return Err(ApiError::unavailable(
             "the sale's stock is being rebuilt, try again shortly",
             1,
@@ -104,9 +93,7 @@ async fn add_stock(
         let _ = stock::add(&state.redis, &state.keys, id, -add).await;
         return Err(e.into());
     }
-    let voucher = repo::get(&state.pg, id)
-        .await?
-        .ok_or_else(voucher_not_found)?;
+    let voucher = repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?;
     announce(&state, &voucher).await;
     Ok(HttpResponse::Ok().json(with_stats(&state, voucher).await?))
 }
@@ -117,10 +104,7 @@ struct ListQuery {
 }
 
 #[tracing::instrument(skip_all)]
-async fn list(
-    state: web::Data<AppState>,
-    q: web::Query<ListQuery>,
-) -> Result<HttpResponse, ApiError> {
+async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
     let raw = q
         .shop_id
         .as_deref()
@@ -131,16 +115,11 @@ async fn list(
 }
 
 #[tracing::instrument(skip_all)]
-async fn public_get(
-    state: web::Data<AppState>,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+async fn public_get(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = path_id(&path)?;
     let voucher = match state.cache.get(id) {
         Some(e) => e.voucher.clone(),
-        None => repo::get(&state.pg, id)
-            .await?
-            .ok_or_else(voucher_not_found)?,
+        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
     };
     let mut body = serde_json::to_value(&voucher).context("serialising a voucher")?;
     if voucher.is_flash_sale() {

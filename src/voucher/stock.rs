@@ -6,10 +6,8 @@ use anyhow::{Context, Result};
 use redis::Script;
 use std::sync::LazyLock;
 
-static LOAD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/voucher_load.lua")));
-static ADD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/stock_add.lua")));
+static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/voucher_load.lua")));
+static ADD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_add.lua")));
 
 /// Loads stock (if no stock key exists) and makes the outbox consumer group exist.
 pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32) -> Result<bool> {

@@ -17,9 +17,7 @@ use crate::sequence::Sequences;
 use anyhow::{Context, Result};
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use persist::Outcome;
 use sqlx::PgPool;
@@ -48,13 +46,7 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn new(
-        pg: PgPool,
-        sequences: Sequences,
-        broker: Arc<Broker>,
-        prefetch: u16,
-        batch: usize,
-    ) -> Self {
+    pub fn new(pg: PgPool, sequences: Sequences, broker: Arc<Broker>, prefetch: u16, batch: usize) -> Self {
         Self {
             pg,
             sequences,
@@ -104,9 +96,7 @@ impl Worker {
                 _ = stop.cancelled() => break,
                 d = consumer.next() => d,
             };
-            let mut deliveries = vec![first
-                .context("the consumer ended")?
-                .context("receiving a delivery")?];
+            let mut deliveries = vec![first.context("the consumer ended")?.context("receiving a delivery")?];
             // Whatever else has already arrived joins this batch; nothing waits for more.
             while deliveries.len() < self.prefetch as usize {
                 match consumer.next().now_or_never() {
@@ -146,10 +136,7 @@ impl Worker {
                 end += 1;
             }
             let chunk = &good[start..end];
-            let orders: Vec<_> = chunk
-                .iter()
-                .flat_map(|(_, b)| b.orders.iter().copied())
-                .collect();
+            let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
             match self.persist_retrying(&orders, stop).await {
                 Some(Ok(outcome)) => {
                     self.count(outcome);
@@ -231,14 +218,10 @@ impl Worker {
 
     fn count(&self, o: Outcome) {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .created
-            .fetch_add(o.created as u64, Ordering::Relaxed);
+        self.counters.created.fetch_add(o.created as u64, Ordering::Relaxed);
         self.counters
             .duplicates
             .fetch_add(o.duplicates as u64, Ordering::Relaxed);
-        self.counters
-            .failed
-            .fetch_add(o.failed as u64, Ordering::Relaxed);
+        self.counters.failed.fetch_add(o.failed as u64, Ordering::Relaxed);
     }
 }

@@ -20,11 +20,7 @@ pub struct Outcome {
     pub failed: usize,
 }
 
-pub async fn persist(
-    pg: &PgPool,
-    sequences: &Sequences,
-    batch: &[OrderMsg],
-) -> Result<Outcome, PersistError> {
+pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
     orders.sort_by_key(|o| (o.created_ms, o.id));
     let mut seen = HashSet::new();
@@ -51,13 +47,12 @@ pub async fn persist(
     .await?
     .into_iter()
     .collect();
-    let existing: HashSet<i64> =
-        sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
-            .bind(&ids)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
+    let existing: HashSet<i64> = sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
     let pairs: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
     let mut live: HashSet<(i64, i64)> = sqlx::query_as(
@@ -100,9 +95,7 @@ pub async fn persist(
             .next(ORDER_RULE, ORDER_TENANT, created as u64)
             .await
             .map_err(PersistError::Numbers)?
-            .ok_or_else(|| {
-                PersistError::Numbers(anyhow::anyhow!("the sequence rule 'order' is missing"))
-            })?
+            .ok_or_else(|| PersistError::Numbers(anyhow::anyhow!("the sequence rule 'order' is missing")))?
             .into_iter()
     } else {
         Vec::new().into_iter()
@@ -115,19 +108,10 @@ pub async fn persist(
         cols.voucher.push(o.voucher_id);
         cols.created_at
             .push(DateTime::from_timestamp_millis(o.created_ms).unwrap_or_else(Utc::now));
-        cols.status.push(
-            if failure.is_some() {
-                "failed"
-            } else {
-                "created"
-            }
-            .to_owned(),
-        );
-        cols.order_no.push(if failure.is_none() {
-            numbers.next()
-        } else {
-            None
-        });
+        cols.status
+            .push(if failure.is_some() { "failed" } else { "created" }.to_owned());
+        cols.order_no
+            .push(if failure.is_none() { numbers.next() } else { None });
         cols.failure.push(failure.map(str::to_owned));
     }
     // ON CONFLICT DO NOTHING: if a concurrent transaction inserted the same id after
@@ -218,9 +202,7 @@ impl PersistError {
                 !matches!(class.as_str(), "22" | "23" | "42")
             }
             PersistError::Db(
-                sqlx::Error::ColumnDecode { .. }
-                | sqlx::Error::Decode(_)
-                | sqlx::Error::TypeNotFound { .. },
+                sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::TypeNotFound { .. },
             ) => false,
             PersistError::Db(_) => true,
         }

@@ -1,0 +1,314 @@
+//! Issue 2: the HTTP skeleton, authentication, vouchers, readiness, shutdown.
+use crate::helpers::*;
+use reqwest::StatusCode;
+use seckill::app::{Mode, Options};
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn liveness_and_readiness_answer_when_all_dependencies_are_up() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (status, _) = app.get("/health/live", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = app.get("/health/ready", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["checks"],
+        json!({"postgres": "up", "redis": "up", "rabbitmq": "up"})
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn readiness_names_each_dependency_that_does_not_answer() {
+    let ns = Namespace::new().await;
+    // Nothing listens on port 1: each dependency in turn is "stopped".
+    let cases = [
+        ("DATABASE_URL", "postgres://root@127.0.0.1:1/nowhere", "postgres"),
+        ("REDIS_URL", "redis://127.0.0.1:1", "redis"),
+        ("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f", "rabbitmq"),
+    ];
+    for (var, url, name) in cases {
+        let overrides = [
+            (var, url),
+            ("SECKILL_MIGRATE_ON_START", "false"),
+            ("SECKILL_DEPENDENCY_TIMEOUT_MS", "500"),
+        ];
+        // Migrations come from a healthy instance first, so only `var` is broken.
+        let healthy = TestApp::spawn(&ns).await;
+        let app = TestApp::spawn_with(&ns, &overrides, Options::default(), Mode::Serve).await;
+        let (status, body) = app.get("/health/ready", None).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{var}: {body}");
+        assert_eq!(code(&body), "unavailable");
+        assert_eq!(body["checks"][name], "down", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(name));
+        for other in ["postgres", "redis", "rabbitmq"].into_iter().filter(|o| *o != name) {
+            assert_eq!(body["checks"][other], "up", "{var}: {body}");
+        }
+        app.shutdown().await;
+        healthy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_get_the_error_body() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (status, body) = app.get("/no/such/route", None).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/admin/vouchers", app.addr))
+        .bearer_auth(app.admin())
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(code(&resp.json::<Value>().await.unwrap()), "invalid_json");
+
+    let huge = json!({"shop_id": 1, "title": "x".repeat(200_000)});
+    let (status, body) = app.post("/api/v1/admin/vouchers", Some(&app.admin()), huge).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+
+    let (status, body) = app.get("/api/v1/vouchers/abc", None).await;
+    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "validation_failed"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_tokens_get_401_and_missing_roles_403() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let other = seckill::http::auth::JwtKeys::new("some-other-secret-entirely");
+    let expired = {
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        let claims = json!({"sub": "1", "role": "admin", "exp": chrono::Utc::now().timestamp() - 10});
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let non_numeric = {
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        let claims = json!({"sub": "alice", "role": "admin", "exp": chrono::Utc::now().timestamp() + 600});
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let no_sub = {
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        let claims = json!({"role": "admin", "exp": chrono::Utc::now().timestamp() + 600});
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let hs512 = {
+        use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+        let claims = json!({"sub": "1", "role": "admin", "exp": chrono::Utc::now().timestamp() + 600});
+        encode(
+            &Header::new(Algorithm::HS512),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    // {"alg":"none"} with admin claims and no signature.
+    let alg_none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiIxIiwiZXhwIjo5OTk5OTk5OTk5LCJyb2xlIjoiYWRtaW4ifQ.";
+    let wrong = other.mint(1, seckill::http::auth::Role::Admin, 600);
+    for token in [
+        None,
+        Some("garbage"),
+        Some(alg_none),
+        Some(&wrong),
+        Some(&expired),
+        Some(&non_numeric),
+        Some(&no_sub),
+        Some(&hs512),
+    ] {
+        let (status, body) = app.get("/api/v1/admin/vouchers/1", token).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::UNAUTHORIZED, "unauthorized"),
+            "{token:?}"
+        );
+    }
+    let resp = app
+        .client
+        .get(format!("{}/api/v1/admin/vouchers/1", app.addr))
+        .header("Authorization", "Basic dXNlcjpwYXNz")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    let (status, body) = app.get("/api/v1/admin/vouchers/1", Some(&app.shopper(5))).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+    let (status, body) = app.get("/api/v1/admin/vouchers/1", Some(&app.service())).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn voucher_validation_names_the_field() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let valid = json!({"shop_id": "3", "title": "t", "pay_value": 1, "actual_value": 2, "stock": 5,
+                       "begin_at": "2030-01-01T00:00:00+08:00", "end_at": "2030-01-02T00:00:00+08:00"});
+    let cases: Vec<(&str, Value)> = vec![
+        ("stock", json!(-1)),
+        ("pay_value", json!(-1)),
+        ("actual_value", json!(-1)),
+        ("title", json!("")),
+        ("title", json!("x".repeat(256))),
+        ("shop_id", json!("0")),
+        ("shop_id", json!("18446744073709551616")),
+        ("shop_id", json!("abc")),
+        ("begin_at", json!("not a time")),
+        ("end_at", json!("2029-12-31T00:00:00Z")),
+    ];
+    for (field, value) in cases {
+        let mut body = valid.clone();
+        body[field] = value.clone();
+        let (status, resp) = app.post("/api/v1/admin/vouchers", Some(&app.admin()), body).await;
+        assert_eq!(
+            (status, code(&resp)),
+            (StatusCode::BAD_REQUEST, "validation_failed"),
+            "{field}={value}"
+        );
+        let message = resp["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{field}: {message}");
+    }
+    let (status, body) = app
+        .post("/api/v1/admin/vouchers", Some(&app.admin()), valid.clone())
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body["id"].is_string() && body["shop_id"] == "3");
+    assert!(body["created_at"].is_string());
+    // The title may be exactly 255 characters; an ordinary voucher has no stock.
+    let ordinary = json!({"shop_id": 3, "title": "y".repeat(255), "pay_value": 0, "actual_value": 0});
+    let (status, body) = app.post("/api/v1/admin/vouchers", Some(&app.admin()), ordinary).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body.get("stock").is_none());
+    let (status, list) = app.get("/api/v1/vouchers?shop_id=3", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+    let (status, body) = app.get("/api/v1/vouchers", None).await;
+    assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "validation_failed"));
+    let (status, body) = app.get("/api/v1/vouchers/999999", None).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn stock_is_preloaded_and_top_ups_are_seen_at_once() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let stats = app.stats(v).await;
+    assert_eq!(
+        stats,
+        json!({"stock_remaining": 10, "orders_accepted": 0, "orders_persisted": 0})
+    );
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/admin/vouchers/{v}/stock"),
+            Some(&app.admin()),
+            json!({"add": 5}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["stats"]["stock_remaining"], 15);
+    assert_eq!(body["stock"], 15);
+    let (_, public) = app.get(&format!("/api/v1/vouchers/{v}"), None).await;
+    assert_eq!(public["stock_remaining"], 15);
+    for bad in [json!({"add": 0}), json!({"add": -3}), json!({"add": "many"}), json!({})] {
+        let (status, body) = app
+            .post(
+                &format!("/api/v1/admin/vouchers/{v}/stock"),
+                Some(&app.admin()),
+                bad.clone(),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "validation_failed"),
+            "{bad}"
+        );
+    }
+    let (status, body) = app
+        .post(
+            "/api/v1/admin/vouchers/424242/stock",
+            Some(&app.admin()),
+            json!({"add": 1}),
+        )
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
+    app.shutdown().await;
+}
+
+/// The real binary: SIGTERM stops it cleanly with exit code 0.
+#[tokio::test]
+async fn the_process_stops_cleanly_on_sigterm() {
+    let ns = Namespace::new().await;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .arg("all")
+        .envs(ns.vars.iter())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start seckill");
+    let stdout = child.stdout.take().unwrap();
+    let port = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.ok()?;
+            if let Some(rest) = line.split("addr=127.0.0.1:").nth(1) {
+                return rest
+                    .split_whitespace()
+                    .next()?
+                    .trim_end_matches(|c: char| !c.is_ascii_digit())
+                    .parse::<u16>()
+                    .ok();
+            }
+        }
+        None
+    })
+    .await
+    .unwrap()
+    .expect("the process logs its port");
+    let live = reqwest::get(format!("http://127.0.0.1:{port}/health/live"))
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit status {status}");
+    assert!(
+        reqwest::get(format!("http://127.0.0.1:{port}/health/live"))
+            .await
+            .is_err(),
+        "still listening after exit"
+    );
+}

@@ -1,0 +1,226 @@
+//! Issue 3: the order handler and its invariants under real concurrency.
+use crate::helpers::*;
+use futures::future::join_all;
+use reqwest::StatusCode;
+use seckill::app::{Mode, Options};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The issue's own test: 2,000 concurrent requests from 700 shoppers at stock 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flash_crowd_buys_exactly_the_stock_once_per_shopper() {
+    let ns = Namespace::new().await;
+    let app = Arc::new(TestApp::spawn(&ns).await);
+    let v = app.flash_sale(100).await;
+    let requests: Vec<i64> = (0..2000).map(|i| 1_000 + (i % 700)).collect();
+    let results = join_all(requests.into_iter().map(|user| {
+        let app = app.clone();
+        tokio::spawn(async move { (user, app.order(v, user).await) })
+    }))
+    .await;
+    let mut accepted_users = Vec::new();
+    let mut order_ids = HashSet::new();
+    for r in results {
+        let (user, (status, body)) = r.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                assert_eq!(body["status"], "pending");
+                accepted_users.push(user);
+                assert!(order_ids.insert(body["order_id"].as_str().unwrap().to_owned()));
+            }
+            StatusCode::CONFLICT => assert!(["sold_out", "already_ordered"].contains(&code(&body)), "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted_users.len(), 100, "exactly the stock is sold");
+    let distinct: HashSet<_> = accepted_users.iter().collect();
+    assert_eq!(distinct.len(), 100, "no shopper twice");
+
+    let persisted = eventually(Duration::from_secs(20), || async {
+        let s = app.stats(v).await;
+        (s["orders_persisted"] == 100).then_some(s)
+    })
+    .await
+    .expect("all accepted orders persisted");
+    assert_eq!(persisted["stock_remaining"], 0);
+    assert_eq!(persisted["orders_accepted"], 100);
+    let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(pg_stock, 0);
+    let rows: Vec<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT user_id, status, order_no FROM voucher_orders WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 100);
+    assert!(rows.iter().all(|(_, s, _)| s == "created"));
+    let users: HashSet<i64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(users, distinct.into_iter().copied().collect());
+    let numbers: HashSet<&str> = rows.iter().map(|r| r.2.as_deref().expect("order_no")).collect();
+    assert_eq!(numbers.len(), 100, "order numbers are unique");
+    let re_ok = |n: &str| n.len() == 14 && n.starts_with("SK") && n[2..].bytes().all(|b| b.is_ascii_digit());
+    assert!(numbers.iter().all(|n| re_ok(n)), "{numbers:?}");
+}
+
+#[tokio::test]
+async fn the_sale_window_and_voucher_kind_are_checked_from_the_cache() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = chrono::Utc::now();
+    let later = app
+        .flash_sale_between(5, now + chrono::Duration::hours(1), now + chrono::Duration::hours(2))
+        .await;
+    let over = app
+        .flash_sale_between(5, now - chrono::Duration::hours(2), now - chrono::Duration::hours(1))
+        .await;
+    let (_, ordinary) = app
+        .post(
+            "/api/v1/admin/vouchers",
+            Some(&app.admin()),
+            serde_json::json!({"shop_id": 1, "title": "plain", "pay_value": 1, "actual_value": 1}),
+        )
+        .await;
+    let ordinary = ordinary["id"].as_str().unwrap().to_owned();
+    assert_eq!(code(&app.order(later, 1).await.1), "sale_not_started");
+    assert_eq!(code(&app.order(over, 1).await.1), "sale_ended");
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/vouchers/{ordinary}/orders"),
+            Some(&app.shopper(1)),
+            Value::Null,
+        )
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "not_a_flash_sale"));
+    let (status, body) = app.order(987654, 1).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/vouchers/{later}/orders", app.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn pending_then_created_is_visible_to_the_owner_and_admins_only() {
+    let ns = Namespace::new().await;
+    // No relay: the order stays in the outbox, accepted but not persisted.
+    let app = TestApp::spawn_with(
+        &ns,
+        &[],
+        Options {
+            relay: false,
+            ..Default::default()
+        },
+        Mode::All,
+    )
+    .await;
+    let v = app.flash_sale(3).await;
+    let (status, body) = app.order(v, 42).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let id = body["order_id"].as_str().unwrap().to_owned();
+    let (status, order) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.shopper(42))).await;
+    assert_eq!(status, StatusCode::OK, "{order}");
+    assert_eq!(
+        (order["status"].as_str(), order["order_no"].is_null()),
+        (Some("pending"), true)
+    );
+    let (status, _) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.admin())).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.shopper(43))).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "order_not_found"));
+    let (status, mine) = app
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(42)))
+        .await;
+    assert_eq!((status, mine["order_id"].as_str()), (StatusCode::OK, Some(id.as_str())));
+    let (status, body) = app
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(43)))
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "order_not_found"));
+    let (status, body) = app.get("/api/v1/orders/12345", Some(&app.shopper(42))).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "order_not_found"));
+    app.shutdown().await;
+
+    // A relay and worker start: the same order becomes `created`.
+    let app = TestApp::spawn(&ns).await;
+    let created = eventually(Duration::from_secs(10), || async {
+        let (_, o) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.shopper(42))).await;
+        (o["status"] == "created").then_some(o)
+    })
+    .await
+    .expect("the order is persisted");
+    assert!(created["order_no"].as_str().unwrap().starts_with("SK"));
+    app.shutdown().await;
+}
+
+/// Once Redis said "sold out", an instance answers without Redis: with the stock
+/// key moved away, a Redis call would answer 503, yet the answer stays 409 sold_out.
+/// A top-up on one instance clears the flag on every instance.
+#[tokio::test]
+async fn the_sold_out_flag_answers_without_redis_until_stock_returns() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let other = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(1).await;
+    // The other instance learns the new voucher through pub/sub.
+    eventually(Duration::from_secs(5), || async {
+        (other.order(v, 99).await.0 == StatusCode::ACCEPTED).then_some(())
+    })
+    .await
+    .expect("the other instance sees the voucher");
+    assert_eq!(code(&app.order(v, 2).await.1), "sold_out");
+    assert_eq!(code(&other.order(v, 3).await.1), "sold_out");
+
+    let mut redis = app.redis().await;
+    let stock_key = ns.keys().stock(v);
+    let aside = format!("{stock_key}:aside");
+    let _: () = redis::cmd("RENAME")
+        .arg(&stock_key)
+        .arg(&aside)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for instance in [&app, &other] {
+        let (status, body) = instance.order(v, 4).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::CONFLICT, "sold_out"),
+            "answered from the flag"
+        );
+    }
+    // Without the flag the same request reaches Redis and finds no stock key.
+    let fresh = TestApp::spawn(&ns).await;
+    let (status, body) = fresh.order(v, 4).await;
+    assert_eq!((status, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+    let _: () = redis::cmd("RENAME")
+        .arg(&aside)
+        .arg(&stock_key)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let (status, _) = app
+        .post(
+            &format!("/api/v1/admin/vouchers/{v}/stock"),
+            Some(&app.admin()),
+            serde_json::json!({"add": 1}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    eventually(Duration::from_secs(5), || async {
+        (other.order(v, 5).await.0 == StatusCode::ACCEPTED).then_some(())
+    })
+    .await
+    .expect("the top-up cleared the other instance's flag");
+    app.shutdown().await;
+    other.shutdown().await;
+    fresh.shutdown().await;
+}
