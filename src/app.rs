@@ -312,7 +312,7 @@ fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web:
     let state = web::Data::from(state);
     let server = HttpServer::new(move || {
         App::new()
-            .wrap(TracingLogger::default())
+            .wrap(TracingLogger::<crate::http::request_span::RequestSpan>::new())
             .app_data(state.clone())
             .app_data(jwt.clone())
             .app_data(web::JsonConfig::default().limit(limit).error_handler(json_error))
@@ -322,9 +322,11 @@ fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web:
             .route("/health/live", web::get().to(health::live))
             .route("/health/ready", web::get().to(health::ready))
             .service(
+                // The order routes first: actix-router tries patterns in the order
+                // they were registered, and the order endpoint is the hot one.
                 web::scope("/api/v1")
-                    .configure(crate::voucher::routes::configure)
                     .configure(crate::order::configure)
+                    .configure(crate::voucher::routes::configure)
                     .configure(crate::sequence::routes::configure),
             )
             .default_service(web::to(not_found))

@@ -32,6 +32,10 @@ pub enum Command {
         role: Option<RoleArg>,
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
+        /// Prints tokens for COUNT consecutive users starting at --user, one per line
+        /// (for load tools that need many distinct shoppers).
+        #[arg(long, default_value_t = 1)]
+        count: u32,
     },
     /// Fires a flash crowd at a running server and checks the invariants.
     Bench(crate::bench::Args),
@@ -44,7 +48,13 @@ pub enum RoleArg {
 }
 
 pub fn run(cli: Cli) -> Result<()> {
-    if let Command::Token { user, role, ttl_secs } = cli.command {
+    if let Command::Token {
+        user,
+        role,
+        ttl_secs,
+        count,
+    } = cli.command
+    {
         let settings = Settings::from_env()?;
         if settings.jwt_secret_is_dev {
             eprintln!("warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret");
@@ -55,10 +65,12 @@ pub fn run(cli: Cli) -> Result<()> {
             Some(RoleArg::Admin) => Role::Admin,
             Some(RoleArg::Service) => Role::Service,
         };
-        println!(
-            "{}",
-            JwtKeys::new(settings.jwt_secret.expose()).mint(user, role, ttl_secs)
-        );
+        let keys = JwtKeys::new(settings.jwt_secret.expose());
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for u in user..user.saturating_add(count as i64) {
+            use std::io::Write;
+            writeln!(out, "{}", keys.mint(u, role, ttl_secs))?;
+        }
         return Ok(());
     }
     crate::telemetry::init();

@@ -4,5 +4,6 @@ pub mod auth;
 pub mod error;
 pub mod health;
 pub mod id;
+pub mod request_span;
 
 pub use error::ApiError;
