@@ -91,6 +91,7 @@ pub struct AppState {
     pub sequences: Sequences,
     /// Names this process in Redis consumer groups and logs.
     pub instance: String,
+    pub admission: Arc<crate::http::admission::Admission>,
 }
 
 pub struct Application {
@@ -158,6 +159,7 @@ impl Application {
             tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
         }
         let instance = uuid::Uuid::new_v4().simple().to_string();
+        let settings_for_admission = settings.clone();
         let ids = IdWorker::new(jobs_counter, opts.clock.clone(), settings.id_block);
         if mode.serves_http() {
             if let Err(e) = ids.warm_up().await {
@@ -176,6 +178,7 @@ impl Application {
             broker,
             sequences,
             instance,
+            admission: Arc::new(crate::http::admission::Admission::new(&settings_for_admission)),
         });
 
         let stop = CancellationToken::new();
@@ -187,6 +190,18 @@ impl Application {
             state.keys.clone(),
             stop.clone(),
         )));
+        {
+            let (admission, stop) = (state.admission.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_secs(60));
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = every.tick() => admission.forget_idle(),
+                    }
+                }
+            }));
+        }
         if mode.relays() && opts.relay {
             let relay = Relay::new(
                 &state.redis,
@@ -309,11 +324,14 @@ async fn wait_for_signal() {
 fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
     let jwt = web::Data::new(JwtKeys::new(state.settings.jwt_secret.expose()));
     let limit = state.settings.body_limit;
+    let admission = web::Data::from(state.admission.clone());
     let state = web::Data::from(state);
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(crate::http::admission::admit))
             .wrap(TracingLogger::<crate::http::request_span::RequestSpan>::new())
             .app_data(state.clone())
+            .app_data(admission.clone())
             .app_data(jwt.clone())
             .app_data(web::JsonConfig::default().limit(limit).error_handler(json_error))
             .app_data(web::PayloadConfig::new(limit))

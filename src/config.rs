@@ -105,7 +105,7 @@ impl Settings {
             time_zone,
             payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
             rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
-            rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 0, 0, 10_000_000)? as u32,
+            rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 2000, 0, 10_000_000)? as u32,
             max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
             migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
             db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,

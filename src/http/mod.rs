@@ -1,5 +1,6 @@
 //! The HTTP boundary: the contract's error body, authentication, ids as strings,
 //! health checks, and the handlers for malformed requests.
+pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod health;

@@ -70,6 +70,7 @@ pub async fn place(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let voucher_id = path_id(&path)?;
+    state.admission.check_user(caller.user_id)?;
     let entry = state
         .cache
         .get(voucher_id)
