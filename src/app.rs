@@ -92,6 +92,8 @@ pub struct AppState {
     /// Names this process in Redis consumer groups and logs.
     pub instance: String,
     pub admission: Arc<crate::http::admission::Admission>,
+    pub locks: Arc<crate::lock::LockService>,
+    pub user_serializer: crate::lock::user::UserSerializer,
 }
 
 pub struct Application {
@@ -158,8 +160,17 @@ impl Application {
         if let Err(e) = cache.reload(&jobs_pg, true).await {
             tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
         }
+        let admission = Arc::new(crate::http::admission::Admission::new(&settings));
+        let stop = CancellationToken::new();
         let instance = uuid::Uuid::new_v4().simple().to_string();
-        let settings_for_admission = settings.clone();
+        let locks = crate::lock::LockService::start(
+            redis.clone(),
+            keys.clone(),
+            &instance,
+            settings.lock_lease,
+            stop.clone(),
+        );
+        let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
         let ids = IdWorker::new(jobs_counter, opts.clock.clone(), settings.id_block);
         if mode.serves_http() {
             if let Err(e) = ids.warm_up().await {
@@ -178,10 +189,11 @@ impl Application {
             broker,
             sequences,
             instance,
-            admission: Arc::new(crate::http::admission::Admission::new(&settings_for_admission)),
+            admission,
+            locks,
+            user_serializer,
         });
 
-        let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(cache::follow(
             state.cache.clone(),

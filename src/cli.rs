@@ -39,6 +39,8 @@ pub enum Command {
     },
     /// Fires a flash crowd at a running server and checks the invariants.
     Bench(crate::bench::Args),
+    /// Measures the distributed lock: uncontended rate and hand-over latency.
+    BenchLock(crate::bench::LockArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -97,6 +99,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             Command::Bench(args) => return crate::bench::run(args, &settings).await,
+            Command::BenchLock(args) => return crate::bench::run_lock(args, &settings).await,
             Command::Token { .. } => unreachable!("handled above"),
         };
         Application::build(settings, mode).await?.run_until_stopped().await

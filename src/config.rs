@@ -66,6 +66,10 @@ pub struct Settings {
     pub delivery_limit: u32,
     /// Order ids the ID worker takes from Redis in one call.
     pub id_block: u32,
+    /// Lease of watchdog-kept locks (renewed every third of it).
+    pub lock_lease: Duration,
+    /// How long a shopper's request waits for their previous one before 409.
+    pub user_lock_wait: Duration,
 }
 
 impl Settings {
@@ -117,6 +121,8 @@ impl Settings {
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
             id_block: num(&var, "SECKILL_ID_BLOCK", 1000, 1, 1_000_000)? as u32,
+            lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
+            user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),
         };
         Ok(s)
     }

@@ -55,6 +55,24 @@ impl Keys {
         )
     }
 
+    /// A distributed lock's hash and its fencing counter (one hash tag per lock).
+    pub fn lock(&self, name: &str) -> (String, String) {
+        (
+            format!("{}:lock:{{{}}}", self.ns, name),
+            format!("{}:lock:{{{}}}:fence", self.ns, name),
+        )
+    }
+
+    /// Pub/sub channel on which a release wakes the lock's waiters (payload: name).
+    pub fn lock_released(&self) -> String {
+        format!("{}:lock-released", self.ns)
+    }
+
+    /// The newest fencing token a Redis key protected by a lock has seen.
+    pub fn fence_seen(&self, key: &str) -> String {
+        format!("{key}:fence-seen")
+    }
+
     /// Exchange the relay publishes order batches to.
     pub fn orders_exchange(&self) -> String {
         format!("{}.orders", self.ns)

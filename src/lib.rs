@@ -21,6 +21,7 @@ pub mod clock;
 pub mod config;
 pub mod http;
 pub mod keys;
+pub mod lock;
 pub mod order;
 pub mod outbox;
 pub mod redis_conn;

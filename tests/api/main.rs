@@ -3,6 +3,7 @@
 mod foundation;
 mod helpers;
 mod limits;
+mod locks;
 mod orders;
 mod pipeline;
 mod sequences;
