@@ -93,6 +93,7 @@ pub struct AppState {
     pub instance: String,
     pub admission: Arc<crate::http::admission::Admission>,
     pub locks: Arc<crate::lock::LockService>,
+    pub lifecycle: crate::order::lifecycle::Lifecycle,
     pub user_serializer: crate::lock::user::UserSerializer,
 }
 
@@ -171,6 +172,11 @@ impl Application {
             stop.clone(),
         );
         let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+        let lifecycle = crate::order::lifecycle::Lifecycle {
+            pg: pg.clone(),
+            redis: redis.clone(),
+            keys: keys.clone(),
+        };
         let ids = IdWorker::new(jobs_counter, opts.clock.clone(), settings.id_block);
         if mode.serves_http() {
             if let Err(e) = ids.warm_up().await {
@@ -192,6 +198,7 @@ impl Application {
             admission,
             locks,
             user_serializer,
+            lifecycle,
         });
 
         let mut tasks = Vec::new();
@@ -227,18 +234,27 @@ impl Application {
             tasks.push(tokio::spawn(async move { relay.run(stop).await }));
         }
         let worker = (mode.works() && opts.worker).then(|| {
-            let s = &state.settings;
             Arc::new(Worker::new(
-                state.pg.clone(),
-                state.sequences.clone(),
+                state.jobs_pg.clone(),
+                jobs_sequences.clone(),
                 state.broker.clone(),
-                s.worker_prefetch,
-                s.worker_batch,
+                &state.settings,
             ))
         });
         if let Some(w) = &worker {
-            let (w, stop) = (w.clone(), stop.clone());
-            tasks.push(tokio::spawn(async move { w.run(stop).await }));
+            let (w, worker_stop) = (w.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move { w.run(worker_stop).await }));
+            // Background work uses the background pool.
+            let jobs = crate::order::lifecycle::Lifecycle {
+                pg: state.jobs_pg.clone(),
+                ..state.lifecycle.clone()
+            };
+            tasks.push(tokio::spawn(crate::worker::timeout::run(
+                state.broker.clone(),
+                jobs.clone(),
+                stop.clone(),
+            )));
+            tasks.push(tokio::spawn(recovery(state.clone(), jobs, stop.clone())));
         }
 
         let (port, server) = if mode.serves_http() {
@@ -317,6 +333,29 @@ impl Application {
             t.abort();
         }
     }
+}
+
+/// On one instance at a time: finish stock returns a crash interrupted, and cancel
+/// unpaid orders whose timeout message was lost (a minute past their window).
+async fn recovery(state: Arc<AppState>, jobs: crate::order::lifecycle::Lifecycle, stop: CancellationToken) {
+    let every = Duration::from_secs(5);
+    crate::lock::singleton::run(state.locks.clone(), "order-recovery", every, stop, || {
+        let (jobs, state) = (jobs.clone(), state.clone());
+        async move {
+            let returned = jobs.recover_returns(every).await?;
+            let grace = chrono::Duration::from_std(state.settings.payment_window + Duration::from_secs(60))?;
+            let swept = jobs.sweep_unpaid(state.clock.now() - grace).await?;
+            if returned + swept > 0 {
+                tracing::info!(
+                    returned,
+                    swept,
+                    "recovery finished stock returns and cancelled overdue orders"
+                );
+            }
+            Ok(())
+        }
+    })
+    .await
 }
 
 async fn wait_for_signal() {

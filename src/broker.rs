@@ -4,6 +4,10 @@
 //! relay --publish (persistent, mandatory, confirmed)--> <ns>.orders (direct exchange)
 //!       --> <ns>.orders (quorum queue) --> worker
 //!           rejected, or delivered more than the limit --> <ns>.orders.dlx --> <ns>.orders.dead
+//!
+//! worker --publish (per-message TTL = payment window)--> <ns>.orders.delay (classic queue,
+//!       no consumer) --expired--> <ns>.orders.timeout (fanout) --> <ns>.orders.timeout (queue)
+//!       --> timeout consumer
 //! ```
 use crate::keys::Keys;
 use anyhow::{Context, Result};
@@ -127,6 +131,41 @@ impl Broker {
         )
         .await
         .context("binding the dead-letter queue")?;
+
+        // Payment timeouts with RabbitMQ alone (no delayed-message plugin): a message
+        // waits in the delay queue, which nobody consumes, until its per-message TTL
+        // expires; RabbitMQ then dead-letters it to the timeout exchange. Per-message
+        // TTL (not x-message-ttl) so that changing the payment window needs no
+        // re-declaration; every message has the same TTL, so expiry stays in order.
+        // Classic: quorum queues of this RabbitMQ version do not expire messages.
+        ch.exchange_declare(
+            &k.timeout_exchange(),
+            ExchangeKind::Fanout,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .context("declaring the timeout exchange")?;
+        let mut delay_args = FieldTable::default();
+        delay_args.insert(
+            ShortString::from("x-dead-letter-exchange"),
+            AMQPValue::LongString(LongString::from(k.timeout_exchange())),
+        );
+        ch.queue_declare(&k.delay_queue(), queue_opts, delay_args)
+            .await
+            .context("declaring the delay queue")?;
+        ch.queue_declare(&k.timeout_queue(), queue_opts, FieldTable::default())
+            .await
+            .context("declaring the timeout queue")?;
+        ch.queue_bind(
+            &k.timeout_queue(),
+            &k.timeout_exchange(),
+            "",
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("binding the timeout queue")?;
         Ok(())
     }
 
@@ -156,10 +195,10 @@ impl Broker {
         let conn = self.connect().await?;
         let ch = conn.create_channel().await?;
         let k = &self.keys;
-        for q in [k.orders_queue(), k.dead_queue()] {
+        for q in [k.orders_queue(), k.dead_queue(), k.delay_queue(), k.timeout_queue()] {
             let _ = ch.queue_delete(&q, Default::default()).await;
         }
-        for e in [k.orders_exchange(), k.dead_exchange()] {
+        for e in [k.orders_exchange(), k.dead_exchange(), k.timeout_exchange()] {
             let _ = ch.exchange_delete(&e, Default::default()).await;
         }
         let _ = conn.close(200, "bye").await;

@@ -37,6 +37,11 @@ impl Keys {
         self.voucher(voucher_id, "orders")
     }
 
+    /// Set of order ids whose unit was put back on sale (returns are idempotent).
+    pub fn returned(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "returned")
+    }
+
     /// The voucher's outbox stream, read by the relay's consumer group.
     pub fn outbox(&self, voucher_id: i64) -> String {
         self.voucher(voucher_id, "outbox")
@@ -90,6 +95,20 @@ impl Keys {
 
     pub fn dead_queue(&self) -> String {
         format!("{}.orders.dead", self.ns)
+    }
+
+    /// Payment timeouts: messages wait in the delay queue until they expire, then
+    /// the timeout exchange routes them to the timeout queue.
+    pub fn delay_queue(&self) -> String {
+        format!("{}.orders.delay", self.ns)
+    }
+
+    pub fn timeout_exchange(&self) -> String {
+        format!("{}.orders.timeout", self.ns)
+    }
+
+    pub fn timeout_queue(&self) -> String {
+        format!("{}.orders.timeout", self.ns)
     }
 }
 

@@ -65,6 +65,14 @@ fn parse_accepted(v: &str) -> Option<(i64, i64)> {
     Some((u.parse().ok()?, ms.parse().ok()?))
 }
 
+/// The order from Postgres, or pending in Redis, whoever owns it.
+pub async fn find(state: &AppState, order_id: i64) -> Result<Option<Order>, ApiError> {
+    match by_id(&state.pg, order_id).await? {
+        Some(o) => Ok(Some(o)),
+        None => Ok(pending_by_id(state, order_id).await?),
+    }
+}
+
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn get(
     state: web::Data<AppState>,
@@ -72,11 +80,7 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let order_id = id::parse_str(&path).map_err(|e| ApiError::validation("order_id", e))?;
-    let order = match by_id(&state.pg, order_id).await? {
-        Some(o) => Some(o),
-        None => pending_by_id(&state, order_id).await?,
-    };
-    match order {
+    match find(&state, order_id).await? {
         // Someone else's order looks exactly like a missing one.
         Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(HttpResponse::Ok().json(o)),
         _ => Err(not_found()),

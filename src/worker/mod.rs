@@ -10,6 +10,7 @@
 //!   that still fails is requeued, and after the queue's delivery limit RabbitMQ
 //!   dead-letters it.
 pub mod persist;
+pub mod timeout;
 
 use crate::broker::Broker;
 use crate::order::model::OrderBatch;
@@ -19,6 +20,7 @@ use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
+use lapin::Channel;
 use persist::Outcome;
 use sqlx::PgPool;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,17 +44,19 @@ pub struct Worker {
     broker: Arc<Broker>,
     prefetch: u16,
     batch: usize,
+    payment_window: Duration,
     pub counters: Counters,
 }
 
 impl Worker {
-    pub fn new(pg: PgPool, sequences: Sequences, broker: Arc<Broker>, prefetch: u16, batch: usize) -> Self {
+    pub fn new(pg: PgPool, sequences: Sequences, broker: Arc<Broker>, settings: &crate::config::Settings) -> Self {
         Self {
             pg,
             sequences,
             broker,
-            prefetch,
-            batch,
+            prefetch: settings.worker_prefetch,
+            batch: settings.worker_batch,
+            payment_window: settings.payment_window,
             counters: Counters::default(),
         }
     }
@@ -81,6 +85,12 @@ impl Worker {
             .basic_qos(self.prefetch, BasicQosOptions::default())
             .await
             .context("setting the prefetch window")?;
+        // Payment timeouts are published on their own channel, with confirms.
+        let timeouts = conn.create_channel().await.context("opening the timeout channel")?;
+        timeouts
+            .confirm_select(Default::default())
+            .await
+            .context("enabling confirms on the timeout channel")?;
         let mut consumer = channel
             .basic_consume(
                 &self.broker.keys().orders_queue(),
@@ -104,7 +114,7 @@ impl Worker {
                     _ => break,
                 }
             }
-            self.handle(deliveries, stop).await?;
+            self.handle(&timeouts, deliveries, stop).await?;
         }
         // Unacknowledged deliveries return to the queue when the channel closes.
         let _ = conn.close(200, "worker stopping").await;
@@ -112,7 +122,7 @@ impl Worker {
     }
 
     /// Persists the orders of `deliveries` and settles each delivery.
-    pub async fn handle(&self, deliveries: Vec<Delivery>, stop: &CancellationToken) -> Result<()> {
+    pub async fn handle(&self, timeouts: &Channel, deliveries: Vec<Delivery>, stop: &CancellationToken) -> Result<()> {
         let mut good: Vec<(Delivery, OrderBatch)> = Vec::new();
         for d in deliveries {
             match serde_json::from_slice::<OrderBatch>(&d.data) {
@@ -140,6 +150,10 @@ impl Worker {
             match self.persist_retrying(&orders, stop).await {
                 Some(Ok(outcome)) => {
                     self.count(outcome);
+                    // Scheduled before the ack: a crash in between redelivers the
+                    // batch, which schedules them again (the timeout is idempotent).
+                    let ids = orders.iter().map(|o| o.id).collect();
+                    timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                     for (d, _) in chunk {
                         d.ack(BasicAckOptions::default())
                             .await
@@ -149,7 +163,7 @@ impl Worker {
                 Some(Err(e)) if chunk.len() > 1 => {
                     tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");
                     for (d, b) in chunk {
-                        self.settle_one(d, &b.orders, stop).await?;
+                        self.settle_one(timeouts, d, &b.orders, stop).await?;
                     }
                 }
                 Some(Err(e)) => {
@@ -171,6 +185,7 @@ impl Worker {
 
     async fn settle_one(
         &self,
+        timeouts: &Channel,
         d: &Delivery,
         orders: &[crate::order::OrderMsg],
         stop: &CancellationToken,
@@ -178,6 +193,8 @@ impl Worker {
         match self.persist_retrying(orders, stop).await {
             Some(Ok(outcome)) => {
                 self.count(outcome);
+                let ids = orders.iter().map(|o| o.id).collect();
+                timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                 d.ack(BasicAckOptions::default()).await?;
             }
             Some(Err(e)) => {

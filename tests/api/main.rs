@@ -2,6 +2,7 @@
 //! the real PostgreSQL, Redis and RabbitMQ in a namespace of its own.
 mod foundation;
 mod helpers;
+mod lifecycle;
 mod limits;
 mod locks;
 mod orders;

@@ -1,0 +1,102 @@
+//! Payment timeouts. After the worker commits a batch, it publishes the batch's
+//! order ids to the delay queue with the payment window as the message TTL (before
+//! acknowledging the batch: a crash in between redelivers the batch, and it is
+//! scheduled again). When the message expires, RabbitMQ routes it to the timeout
+//! queue and [`run`] cancels every order of it that is still `created`.
+use crate::broker::Broker;
+use crate::order::lifecycle::{Canceller, Lifecycle};
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TimeoutBatch {
+    pub order_ids: Vec<i64>,
+}
+
+/// Publishes one delayed message for `order_ids`, confirmed.
+pub async fn schedule(ch: &Channel, broker: &Broker, window: Duration, order_ids: Vec<i64>) -> Result<()> {
+    let body = serde_json::to_vec(&TimeoutBatch { order_ids })?;
+    let confirm = ch
+        .basic_publish(
+            "",
+            &broker.keys().delay_queue(),
+            BasicPublishOptions {
+                mandatory: true,
+                ..Default::default()
+            },
+            &body,
+            BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_expiration(window.as_millis().to_string().into()),
+        )
+        .await
+        .context("publishing payment timeouts")?
+        .await
+        .context("confirming payment timeouts")?;
+    if !confirm.is_ack() || confirm.take_message().is_some() {
+        bail!("RabbitMQ did not take the payment timeouts");
+    }
+    Ok(())
+}
+
+/// Consumes expired timeouts until `stop`, reconnecting after failures.
+pub async fn run(broker: Arc<Broker>, lifecycle: Lifecycle, stop: CancellationToken) {
+    let mut backoff = Duration::from_millis(100);
+    while !stop.is_cancelled() {
+        match consume(&broker, &lifecycle, &stop).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "timeout consumer interrupted; reconnecting"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToken) -> Result<()> {
+    let (conn, ch) = broker.open().await?;
+    ch.basic_qos(16, BasicQosOptions::default()).await?;
+    let mut consumer = ch
+        .basic_consume(
+            &broker.keys().timeout_queue(),
+            "",
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context("consuming payment timeouts")?;
+    loop {
+        let d = tokio::select! {
+            _ = stop.cancelled() => break,
+            d = consumer.next() => d.context("the timeout consumer ended")??,
+        };
+        let Ok(batch) = serde_json::from_slice::<TimeoutBatch>(&d.data) else {
+            tracing::error!(bytes = d.data.len(), "dropping a malformed timeout message");
+            d.reject(BasicRejectOptions { requeue: false }).await?;
+            continue;
+        };
+        let mut cancelled = 0;
+        for id in batch.order_ids {
+            // A failure (Postgres or Redis down) leaves the message unacknowledged:
+            // the connection is dropped and the message delivered again later.
+            if lifecycle.cancel(id, Canceller::Timeout).await?.is_some() {
+                cancelled += 1;
+            }
+        }
+        if cancelled > 0 {
+            tracing::info!(cancelled, "unpaid orders cancelled at the end of their payment window");
+        }
+        d.ack(BasicAckOptions::default()).await?;
+    }
+    let _ = conn.close(200, "timeout consumer stopping").await;
+    Ok(())
+}
