@@ -95,6 +95,7 @@ pub struct AppState {
     pub locks: Arc<crate::lock::LockService>,
     pub lifecycle: crate::order::lifecycle::Lifecycle,
     pub user_serializer: crate::lock::user::UserSerializer,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub struct Application {
@@ -172,6 +173,7 @@ impl Application {
             stop.clone(),
         );
         let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+        let metrics = Arc::new(crate::metrics::Metrics::new());
         let lifecycle = crate::order::lifecycle::Lifecycle {
             pg: pg.clone(),
             redis: redis.clone(),
@@ -199,6 +201,7 @@ impl Application {
             locks,
             user_serializer,
             lifecycle,
+            metrics: metrics.clone(),
         });
 
         let mut tasks = Vec::new();
@@ -229,6 +232,7 @@ impl Application {
                 state.broker.clone(),
                 format!("relay-{}", state.instance),
                 &state.settings,
+                state.metrics.clone(),
             );
             let stop = stop.clone();
             tasks.push(tokio::spawn(async move { relay.run(stop).await }));
@@ -239,6 +243,7 @@ impl Application {
                 jobs_sequences.clone(),
                 state.broker.clone(),
                 &state.settings,
+                state.metrics.clone(),
             ))
         });
         if let Some(w) = &worker {
@@ -390,6 +395,8 @@ fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web:
             .app_data(web::QueryConfig::default().error_handler(query_error))
             .route("/health/live", web::get().to(health::live))
             .route("/health/ready", web::get().to(health::ready))
+            .route("/metrics", web::get().to(health::metrics))
+            .configure(crate::http::openapi::configure)
             .service(
                 // The order routes first: actix-router tries patterns in the order
                 // they were registered, and the order endpoint is the hot one.

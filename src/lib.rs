@@ -22,6 +22,7 @@ pub mod config;
 pub mod http;
 pub mod keys;
 pub mod lock;
+pub mod metrics;
 pub mod order;
 pub mod outbox;
 pub mod redis_conn;

@@ -13,6 +13,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
 use actix_web::web;
+use actix_web::HttpMessage;
 use governor::clock::{Clock, DefaultClock};
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
@@ -101,11 +102,50 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The middleware: shedding first (cheapest), then the per-address limit.
+/// The middleware: records HTTP latency by route; sheds beyond the in-flight
+/// bound (cheapest check first), then applies the per-address limit.
 pub async fn admit(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let route = crate::metrics::route_label(req.path());
+    let metrics = req
+        .app_data::<web::Data<crate::app::AppState>>()
+        .map(|s| s.metrics.clone());
+    let resp = admit_inner(req, next).await;
+    if let (Some(m), Ok(r)) = (metrics, &resp) {
+        let status = r.status();
+        // Unknown paths share one label, so that scanners cannot grow the label set.
+        let route = if status == actix_web::http::StatusCode::NOT_FOUND && !route.starts_with("/api/v1/") {
+            "unmatched"
+        } else {
+            route.as_str()
+        };
+        m.http_seconds
+            .with_label_values(&[method.as_str(), route, status.as_str()])
+            .observe(started.elapsed().as_secs_f64());
+        if method == actix_web::http::Method::POST && route.ends_with("/orders") {
+            // Refusals that never reached the order handler.
+            match status.as_u16() {
+                429 if r.request().extensions().get::<HandlerRan>().is_none() => m.order("rate_limited"),
+                503 if r.request().extensions().get::<HandlerRan>().is_none() => m.order("unavailable"),
+                _ => {}
+            }
+        }
+    }
+    resp
+}
+
+/// Set by the order handler, so the middleware does not count its refusals twice.
+#[derive(Clone, Copy)]
+pub struct HandlerRan;
+
+async fn admit_inner(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
     let path = req.path();
     if path.starts_with("/health/") || path == "/metrics" {
         return next.call(req).await.map(|r| r.map_into_boxed_body());

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 const CHECK_TIMEOUT: Duration = Duration::from_millis(1500);
 
+#[utoipa::path(get, path = "/health/live", tag = "health", responses((status = 200, description = "the process answers")))]
 pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
+#[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answer"), (status = 503, description = "names the dependency that does not", body = crate::http::openapi::ErrorBody)))]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let pg = async {
         sqlx::query("SELECT 1").execute(&state.pg).await?;
@@ -46,4 +48,32 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
                 "checks": checks,
             }))
     }
+}
+
+/// `GET /metrics`: Prometheus text format. The outbox backlog is read here.
+#[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let streams: Vec<String> = state
+        .cache
+        .flash_sales()
+        .iter()
+        .map(|e| state.keys.outbox(e.voucher.id))
+        .collect();
+    if !streams.is_empty() {
+        let mut pipe = redis::pipe();
+        for s in &streams {
+            pipe.cmd("XLEN").arg(s);
+        }
+        let backlog = async {
+            let mut conn = state.redis.conn().await?;
+            let lens: Vec<i64> = pipe.query_async(&mut conn).await?;
+            anyhow::Ok(lens.iter().sum::<i64>())
+        };
+        if let Ok(Ok(n)) = tokio::time::timeout(CHECK_TIMEOUT, backlog).await {
+            state.metrics.outbox_backlog.set(n);
+        }
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(state.metrics.render())
 }

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod error;
 pub mod health;
 pub mod id;
+pub mod openapi;
 pub mod request_span;
 
 pub use error::ApiError;

@@ -38,6 +38,7 @@ pub async fn reserve(
 ) -> anyhow::Result<Reservation> {
     let k = &state.keys;
     let mut conn = state.redis.conn().await?;
+    let _timer = state.metrics.reserve_seconds.start_timer();
     let code: i64 = RESERVE
         .key(k.stock(voucher_id))
         .key(k.buyers(voucher_id))
@@ -63,13 +64,37 @@ fn sold_out() -> ApiError {
     ApiError::conflict("sold_out", "this sale is sold out")
 }
 
+/// The metrics label of a handler result.
+fn outcome(result: &Result<HttpResponse, ApiError>) -> &'static str {
+    match result {
+        Ok(_) => "accepted",
+        Err(e) => match e.code {
+            "sale_not_started" => "not_started",
+            "sale_ended" => "ended",
+            "voucher_not_found" => "not_found",
+            "sold_out" | "already_ordered" | "rate_limited" | "unavailable" | "not_a_flash_sale" => e.code,
+            _ => "error",
+        },
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/vouchers/{id}/orders", tag = "orders", security(("bearer" = [])), params(("id" = String, Path, description = "voucher id")), responses((status = 202, body = crate::http::openapi::Accepted), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "voucher_not_found", body = crate::http::openapi::ErrorBody), (status = 409, description = "not_a_flash_sale, sale_not_started, sale_ended, sold_out, already_ordered", body = crate::http::openapi::ErrorBody), (status = 429, description = "rate_limited (Retry-After)", body = crate::http::openapi::ErrorBody), (status = 503, description = "unavailable (Retry-After)", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
 pub async fn place(
+    req: actix_web::HttpRequest,
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let voucher_id = path_id(&path)?;
+    use actix_web::HttpMessage;
+    req.extensions_mut().insert(crate::http::admission::HandlerRan);
+    let result = place_inner(&state, caller, &path).await;
+    state.metrics.order(outcome(&result));
+    result
+}
+
+async fn place_inner(state: &AppState, caller: Caller, path: &str) -> Result<HttpResponse, ApiError> {
+    let voucher_id = path_id(path)?;
     state.admission.check_user(caller.user_id)?;
     let entry = state
         .cache
@@ -98,7 +123,7 @@ pub async fn place(
         return Err(sold_out());
     }
     let order_id = state.ids.next_id().await?;
-    match reserve(&state, voucher_id, caller.user_id, order_id, now.timestamp_millis()).await? {
+    match reserve(state, voucher_id, caller.user_id, order_id, now.timestamp_millis()).await? {
         Reservation::Accepted { .. } => {
             Ok(HttpResponse::Accepted().json(json!({"order_id": order_id.to_string(), "status": "pending"})))
         }

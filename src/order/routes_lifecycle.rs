@@ -23,6 +23,7 @@ async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static
     }
 }
 
+#[utoipa::path(post, path = "/api/v1/orders/{order_id}/pay", tag = "orders", security(("bearer" = [])), params(("order_id" = String, Path, description = "order id")), responses((status = 200, description = "status paid", body = crate::http::openapi::OrderDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "order_not_found", body = crate::http::openapi::ErrorBody), (status = 409, description = "order_not_payable, request_in_progress", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn pay(
     state: web::Data<AppState>,
@@ -42,6 +43,7 @@ pub async fn pay(
         .await
 }
 
+#[utoipa::path(post, path = "/api/v1/orders/{order_id}/cancel", tag = "orders", security(("bearer" = [])), params(("order_id" = String, Path, description = "order id")), responses((status = 200, description = "status cancelled", body = crate::http::openapi::OrderDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "order_not_found", body = crate::http::openapi::ErrorBody), (status = 409, description = "order_not_cancellable, request_in_progress", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn cancel(
     state: web::Data<AppState>,

@@ -73,6 +73,7 @@ pub async fn find(state: &AppState, order_id: i64) -> Result<Option<Order>, ApiE
     }
 }
 
+#[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])), params(("order_id" = String, Path, description = "order id")), responses((status = 200, body = crate::http::openapi::OrderDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "order_not_found, also for an order of someone else", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn get(
     state: web::Data<AppState>,
@@ -87,6 +88,7 @@ pub async fn get(
     }
 }
 
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/orders/mine", tag = "orders", security(("bearer" = [])), params(("id" = String, Path, description = "voucher id")), responses((status = 200, body = crate::http::openapi::OrderDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "order_not_found", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
 pub async fn mine(
     state: web::Data<AppState>,

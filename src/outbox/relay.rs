@@ -27,6 +27,7 @@ pub struct Relay {
     batch: usize,
     claim_idle: Duration,
     confirm_timeout: Duration,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Which entries a step reads.
@@ -46,6 +47,7 @@ impl Relay {
         broker: Arc<Broker>,
         consumer: String,
         settings: &Settings,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         let timeout = settings.dependency_timeout;
         Self {
@@ -58,6 +60,7 @@ impl Relay {
             batch: settings.relay_batch,
             claim_idle: settings.relay_claim_idle,
             confirm_timeout: timeout.max(Duration::from_secs(5)),
+            metrics,
         }
     }
 
@@ -151,7 +154,18 @@ impl Relay {
             return Ok(0);
         }
         if !orders.is_empty() {
-            self.publish(channel, &orders).await?;
+            if let Err(e) = self.publish(channel, &orders).await {
+                self.metrics.relay_confirms.with_label_values(&["error"]).inc();
+                return Err(e);
+            }
+            self.metrics.relay_confirms.with_label_values(&["ack"]).inc();
+            self.metrics.relay_published.inc_by(orders.len() as u64);
+            let now_ms = chrono::Utc::now().timestamp_millis();
+            for o in &orders {
+                self.metrics
+                    .relay_lag_seconds
+                    .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
+            }
         }
         self.acknowledge(&done).await?;
         Ok(orders.len())

@@ -25,8 +25,9 @@ fn str_field<'a>(body: &'a Value, field: &str) -> Result<&'a str, ApiError> {
     }
 }
 
+#[utoipa::path(put, path = "/api/v1/admin/sequences/{name}", tag = "sequences", security(("bearer" = [])), params(("name" = String, Path)), request_body = crate::http::openapi::RuleDoc, responses((status = 200, description = "the rule", body = crate::http::openapi::RuleDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 403, description = "forbidden", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(rule = %path))]
-async fn put_rule(
+pub async fn put_rule(
     state: web::Data<AppState>,
     _admin: Admin,
     path: web::Path<String>,
@@ -51,8 +52,9 @@ async fn put_rule(
     Ok(HttpResponse::Ok().json(&rule))
 }
 
+#[utoipa::path(post, path = "/api/v1/sequences/{name}/next", tag = "sequences", security(("bearer" = [])), params(("name" = String, Path)), request_body = crate::http::openapi::NextRequest, responses((status = 200, body = crate::http::openapi::NextValues), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 403, description = "forbidden", body = crate::http::openapi::ErrorBody), (status = 404, description = "sequence_not_found", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all, fields(rule = %path))]
-async fn next(
+pub async fn next(
     state: web::Data<AppState>,
     _caller: ServiceCaller,
     path: web::Path<String>,

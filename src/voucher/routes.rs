@@ -27,8 +27,13 @@ fn voucher_not_found() -> ApiError {
     ApiError::not_found("voucher_not_found", "no voucher with this id")
 }
 
+#[utoipa::path(post, path = "/api/v1/admin/vouchers", tag = "admin", security(("bearer" = [])), request_body = crate::http::openapi::NewVoucherDoc, responses((status = 201, body = crate::http::openapi::VoucherDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 403, description = "forbidden", body = crate::http::openapi::ErrorBody), (status = 413, description = "payload_too_large", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all)]
-async fn create(state: web::Data<AppState>, _admin: Admin, body: web::Json<Value>) -> Result<HttpResponse, ApiError> {
+pub async fn create(
+    state: web::Data<AppState>,
+    _admin: Admin,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
     let new = NewVoucher::parse(&body)?;
     let mut tx = state.pg.begin().await?;
     let voucher = repo::insert(&mut tx, &new).await?;
@@ -42,8 +47,9 @@ async fn create(state: web::Data<AppState>, _admin: Admin, body: web::Json<Value
     Ok(HttpResponse::Created().json(&voucher))
 }
 
+#[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}", tag = "admin", security(("bearer" = [])), params(("id" = String, Path, description = "voucher id")), responses((status = 200, description = "the voucher and stats", body = crate::http::openapi::VoucherDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 403, description = "forbidden", body = crate::http::openapi::ErrorBody), (status = 404, description = "voucher_not_found", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all)]
-async fn admin_get(
+pub async fn admin_get(
     state: web::Data<AppState>,
     _admin: Admin,
     path: web::Path<String>,
@@ -53,8 +59,9 @@ async fn admin_get(
     Ok(HttpResponse::Ok().json(with_stats(&state, voucher).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/stock", tag = "admin", security(("bearer" = [])), params(("id" = String, Path, description = "voucher id")), request_body = crate::http::openapi::AddStock, responses((status = 200, description = "the voucher and stats", body = crate::http::openapi::VoucherDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 403, description = "forbidden", body = crate::http::openapi::ErrorBody), (status = 404, description = "voucher_not_found", body = crate::http::openapi::ErrorBody), (status = 409, description = "not_a_flash_sale", body = crate::http::openapi::ErrorBody), (status = 503, description = "unavailable", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all)]
-async fn add_stock(
+pub async fn add_stock(
     state: web::Data<AppState>,
     _admin: Admin,
     path: web::Path<String>,
@@ -99,12 +106,13 @@ async fn add_stock(
 }
 
 #[derive(Deserialize)]
-struct ListQuery {
+pub struct ListQuery {
     shop_id: Option<String>,
 }
 
+#[utoipa::path(get, path = "/api/v1/vouchers", tag = "vouchers", params(("shop_id" = String, Query)), responses((status = 200, body = crate::http::openapi::VoucherList), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all)]
-async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
     let raw = q
         .shop_id
         .as_deref()
@@ -114,8 +122,9 @@ async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<Ht
     Ok(HttpResponse::Ok().json(json!({ "items": items })))
 }
 
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}", tag = "vouchers", params(("id" = String, Path, description = "voucher id")), responses((status = 200, description = "the voucher, with stock_remaining for flash sales", body = crate::http::openapi::VoucherDoc), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 404, description = "voucher_not_found", body = crate::http::openapi::ErrorBody)))]
 #[tracing::instrument(skip_all)]
-async fn public_get(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn public_get(state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
     let id = path_id(&path)?;
     let voucher = match state.cache.get(id) {
         Some(e) => e.voucher.clone(),

@@ -45,11 +45,18 @@ pub struct Worker {
     prefetch: u16,
     batch: usize,
     payment_window: Duration,
+    metrics: Arc<crate::metrics::Metrics>,
     pub counters: Counters,
 }
 
 impl Worker {
-    pub fn new(pg: PgPool, sequences: Sequences, broker: Arc<Broker>, settings: &crate::config::Settings) -> Self {
+    pub fn new(
+        pg: PgPool,
+        sequences: Sequences,
+        broker: Arc<Broker>,
+        settings: &crate::config::Settings,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
         Self {
             pg,
             sequences,
@@ -57,6 +64,7 @@ impl Worker {
             prefetch: settings.worker_prefetch,
             batch: settings.worker_batch,
             payment_window: settings.payment_window,
+            metrics,
             counters: Counters::default(),
         }
     }
@@ -219,7 +227,10 @@ impl Worker {
     ) -> Option<Result<Outcome, persist::PersistError>> {
         let mut backoff = Duration::from_millis(50);
         loop {
-            match persist::persist(&self.pg, &self.sequences, orders).await {
+            let timer = self.metrics.worker_persist_seconds.start_timer();
+            let result = persist::persist(&self.pg, &self.sequences, orders).await;
+            timer.observe_duration();
+            match result {
                 Err(e) if e.is_transient() => {
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "persisting orders failed; retrying");
                     tokio::select! {
@@ -234,6 +245,21 @@ impl Worker {
     }
 
     fn count(&self, o: Outcome) {
+        self.metrics
+            .worker_batch_orders
+            .observe((o.created + o.duplicates + o.failed) as f64);
+        for (result, n) in [
+            ("created", o.created),
+            ("duplicate", o.duplicates),
+            ("failed", o.failed),
+        ] {
+            if n > 0 {
+                self.metrics
+                    .orders_persisted
+                    .with_label_values(&[result])
+                    .inc_by(n as u64);
+            }
+        }
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.counters.created.fetch_add(o.created as u64, Ordering::Relaxed);
         self.counters

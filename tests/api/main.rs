@@ -1,5 +1,6 @@
 //! One integration-test binary: every test starts the real application against
 //! the real PostgreSQL, Redis and RabbitMQ in a namespace of its own.
+mod docs;
 mod foundation;
 mod helpers;
 mod lifecycle;

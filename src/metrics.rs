@@ -1,0 +1,186 @@
+//! Prometheus metrics, one registry per application instance (`GET /metrics`).
+//!
+//! The order path records its outcome and the Lua latency; the relay its batches,
+//! confirms and lag; the worker its batch sizes, persist latency and results; a
+//! middleware the HTTP latency by route. The outbox backlog is read from Redis when
+//! scraped.
+use prometheus::{
+    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Order requests by outcome: accepted, sold_out, already_ordered, not_started,
+    /// ended, rate_limited, unavailable, not_found, not_a_flash_sale.
+    pub order_requests: IntCounterVec,
+    pub reserve_seconds: Histogram,
+    pub outbox_backlog: IntGauge,
+    pub relay_lag_seconds: Histogram,
+    pub relay_published: IntCounter,
+    /// Publisher confirms by result: ack, nack, returned, error.
+    pub relay_confirms: IntCounterVec,
+    pub worker_batch_orders: Histogram,
+    pub worker_persist_seconds: Histogram,
+    /// Orders by result: created, duplicate, failed.
+    pub orders_persisted: IntCounterVec,
+    pub http_seconds: HistogramVec,
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+    r.register(Box::new(c.clone())).expect("metric names are unique");
+    c
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new_custom(Some("seckill".into()), None).expect("valid prefix");
+        let latency = exponential_buckets(0.0001, 2.0, 16).expect("buckets");
+        Self {
+            order_requests: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("order_requests_total", "Order requests by outcome"),
+                    &["outcome"],
+                )
+                .unwrap(),
+            ),
+            reserve_seconds: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "reserve_lua_seconds",
+                        "Latency of the order script (EVALSHA round trip)",
+                    )
+                    .buckets(latency.clone()),
+                )
+                .unwrap(),
+            ),
+            outbox_backlog: reg(
+                &r,
+                IntGauge::new(
+                    "outbox_backlog",
+                    "Entries in the outbox streams not yet relayed (at scrape)",
+                )
+                .unwrap(),
+            ),
+            relay_lag_seconds: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "relay_lag_seconds",
+                        "Time from an order's admission to its confirmed publish",
+                    )
+                    .buckets(latency.clone()),
+                )
+                .unwrap(),
+            ),
+            relay_published: reg(
+                &r,
+                IntCounter::new(
+                    "relay_published_orders_total",
+                    "Orders published to RabbitMQ and confirmed",
+                )
+                .unwrap(),
+            ),
+            relay_confirms: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("relay_confirms_total", "Publisher confirms by result"),
+                    &["result"],
+                )
+                .unwrap(),
+            ),
+            worker_batch_orders: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new("worker_batch_orders", "Orders per persisted batch")
+                        .buckets(exponential_buckets(1.0, 2.0, 14).unwrap()),
+                )
+                .unwrap(),
+            ),
+            worker_persist_seconds: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new("worker_persist_seconds", "Latency of one batch transaction")
+                        .buckets(latency.clone()),
+                )
+                .unwrap(),
+            ),
+            orders_persisted: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new("orders_persisted_total", "Orders written by the worker, by result"),
+                    &["result"],
+                )
+                .unwrap(),
+            ),
+            http_seconds: reg(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new("http_request_seconds", "HTTP latency by route").buckets(latency),
+                    &["method", "route", "status"],
+                )
+                .unwrap(),
+            ),
+            registry: r,
+        }
+    }
+
+    pub fn order(&self, outcome: &str) {
+        self.order_requests.with_label_values(&[outcome]).inc();
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("the text format is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The route label of a path: numeric segments become `{id}`, so that the label
+/// set stays small without re-running the router's patterns.
+pub fn route_label(path: &str) -> String {
+    path.split('/')
+        .map(|seg| {
+            if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+                "{id}"
+            } else {
+                seg
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_labels_hide_ids() {
+        assert_eq!(
+            route_label("/api/v1/vouchers/123/orders"),
+            "/api/v1/vouchers/{id}/orders"
+        );
+        assert_eq!(route_label("/health/live"), "/health/live");
+    }
+
+    #[test]
+    fn rendering_shows_the_counters() {
+        let m = Metrics::new();
+        m.order("accepted");
+        assert!(m
+            .render()
+            .contains("seckill_order_requests_total{outcome=\"accepted\"} 1"));
+    }
+}
