@@ -111,6 +111,10 @@ pub struct Application {
 pub fn pg_pool(settings: &Settings) -> Result<PgPool> {
     let opts = PgConnectOptions::from_str(settings.database_url.expose())
         .context("DATABASE_URL is not a valid Postgres URL")?;
+    // No statement may outlive the dependency deadline by much: a query stuck on a
+    // lock or a sick server fails instead of holding its connection forever.
+    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
+    let opts = opts.options([("statement_timeout", deadline_ms.to_string())]);
     Ok(PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.dependency_timeout)
@@ -246,6 +250,25 @@ impl Application {
                 state.metrics.clone(),
             ))
         });
+        {
+            // On one instance: rebuild flash sales whose Redis state was lost.
+            let rebuilder = Arc::new(crate::voucher::rebuild::Rebuilder {
+                redis: state.redis.clone(),
+                keys: state.keys.clone(),
+                pg: state.jobs_pg.clone(),
+                cache: state.cache.clone(),
+                broker: state.broker.clone(),
+                quiet: Duration::from_millis(500),
+            });
+            let (locks, stop) = (state.locks.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move {
+                crate::lock::singleton::run(locks, "stock-rebuild", Duration::from_secs(1), stop, || {
+                    let r = rebuilder.clone();
+                    async move { r.round().await.map(|_| ()) }
+                })
+                .await
+            }));
+        }
         if let Some(w) = &worker {
             let (w, worker_stop) = (w.clone(), stop.clone());
             tasks.push(tokio::spawn(async move { w.run(worker_stop).await }));

@@ -48,7 +48,10 @@ impl Broker {
     pub async fn connect(&self) -> Result<Connection> {
         let props = ConnectionProperties::default()
             .with_executor(tokio_executor_trait::Tokio::current())
-            .with_reactor(tokio_reactor_trait::Tokio);
+            .with_reactor(tokio_reactor_trait::Tokio)
+            // Shown by `rabbitmqctl list_connections user_provided_name`: operators
+            // (and the fault tests) can tell deployments apart on a shared broker.
+            .with_connection_name(format!("seckill:{}", self.keys.namespace()).into());
         tokio::time::timeout(self.timeout, Connection::connect(&self.url, props))
             .await
             .context("connecting to RabbitMQ timed out")?

@@ -3,6 +3,7 @@
 //! the admin and public routes.
 pub mod cache;
 pub mod model;
+pub mod rebuild;
 pub mod repo;
 pub mod routes;
 pub mod stock;

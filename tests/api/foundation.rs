@@ -264,33 +264,7 @@ async fn stock_is_preloaded_and_top_ups_are_seen_at_once() {
 #[tokio::test]
 async fn the_process_stops_cleanly_on_sigterm() {
     let ns = Namespace::new().await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
-        .arg("all")
-        .envs(ns.vars.iter())
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start seckill");
-    let stdout = child.stdout.take().unwrap();
-    let port = tokio::task::spawn_blocking(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines() {
-            let line = line.ok()?;
-            if let Some(rest) = line.split("addr=127.0.0.1:").nth(1) {
-                return rest
-                    .split_whitespace()
-                    .next()?
-                    .trim_end_matches(|c: char| !c.is_ascii_digit())
-                    .parse::<u16>()
-                    .ok();
-            }
-        }
-        None
-    })
-    .await
-    .unwrap()
-    .expect("the process logs its port");
+    let (mut child, port) = spawn_binary(&ns, &[]).await;
     let live = reqwest::get(format!("http://127.0.0.1:{port}/health/live"))
         .await
         .unwrap();

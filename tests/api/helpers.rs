@@ -277,3 +277,40 @@ where
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no error code>")
 }
+
+/// The real binary (`seckill all`) in the namespace; returns it and its port.
+pub async fn spawn_binary(ns: &Namespace, extra: &[(&str, &str)]) -> (std::process::Child, u16) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .arg("all")
+        .envs(ns.vars.iter())
+        .envs(extra.iter().copied())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start seckill");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // Keep reading (and discarding) its log so that the pipe never fills up.
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("addr=127.0.0.1:").nth(1) {
+                let port = rest
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
+                if let (Some(tx), Some(port)) = (tx.take(), port) {
+                    let _ = tx.send(port);
+                }
+            }
+        }
+    });
+    let port = tokio::time::timeout(Duration::from_secs(30), rx)
+        .await
+        .expect("the process logs its port")
+        .unwrap();
+    (child, port)
+}
