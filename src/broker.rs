@@ -11,14 +11,46 @@
 //! ```
 use crate::keys::Keys;
 use anyhow::{Context, Result};
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
 /// Routing key of order batches.
 pub const ORDERS_ROUTING_KEY: &str = "orders";
+
+/// Publishes `body` persistently (delivery mode 2: written to disk by the queue) and
+/// `mandatory` (a message no queue takes comes back instead of vanishing), on a
+/// channel in confirm mode, and waits for the broker's confirm: `Ok` only once
+/// RabbitMQ has taken the message into a queue.
+pub async fn publish_confirmed(
+    ch: &Channel,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    props: BasicProperties,
+    timeout: Duration,
+) -> Result<()> {
+    let opts = BasicPublishOptions {
+        mandatory: true,
+        ..Default::default()
+    };
+    let confirm = ch
+        .basic_publish(exchange, routing_key, opts, body, props.with_delivery_mode(2))
+        .await
+        .context("publishing")?;
+    let confirmation = tokio::time::timeout(timeout, confirm)
+        .await
+        .context("no publisher confirm in time")?
+        .context("waiting for the publisher confirm")?;
+    anyhow::ensure!(confirmation.is_ack(), "RabbitMQ refused the message (nack)");
+    anyhow::ensure!(
+        confirmation.take_message().is_none(),
+        "RabbitMQ returned the message as unroutable"
+    );
+    Ok(())
+}
 
 /// Opens connections to one broker and remembers the last one for health checks.
 pub struct Broker {

@@ -27,6 +27,7 @@ pub mod order;
 pub mod outbox;
 pub mod redis_conn;
 pub mod sequence;
+pub mod supervise;
 pub mod telemetry;
 pub mod voucher;
 pub mod worker;

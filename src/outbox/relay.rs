@@ -1,13 +1,13 @@
 //! One relay: [`Relay::step`] does one read-publish-acknowledge round; [`Relay::run`]
 //! loops it and reconnects to RabbitMQ after failures.
-use crate::broker::{Broker, ORDERS_ROUTING_KEY};
+use crate::broker::{publish_confirmed, Broker, ORDERS_ROUTING_KEY};
 use crate::config::Settings;
 use crate::keys::{Keys, RELAY_GROUP};
 use crate::order::model::{OrderBatch, OrderMsg};
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
-use anyhow::{bail, Context, Result};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use anyhow::{Context, Result};
+use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel};
 use redis::streams::{StreamId, StreamReadReply};
 use std::collections::HashMap;
@@ -66,20 +66,7 @@ impl Relay {
 
     /// Runs until `stop`. The round in progress finishes before it returns.
     pub async fn run(&self, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
-        while !stop.is_cancelled() {
-            match self.run_connected(&stop).await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "relay interrupted; reconnecting")
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+        crate::supervise::supervise("relay", &stop, || self.run_connected(&stop)).await
     }
 
     async fn run_connected(&self, stop: &CancellationToken) -> Result<()> {
@@ -195,34 +182,17 @@ impl Relay {
             orders: orders.to_vec(),
         })?;
         let k = self.broker.keys();
-        let confirm = channel
-            .basic_publish(
-                &k.orders_exchange(),
-                ORDERS_ROUTING_KEY,
-                // mandatory: a message no queue takes comes back instead of vanishing.
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
-                &body,
-                // delivery_mode 2: persistent, written to disk by the queue.
-                BasicProperties::default()
-                    .with_delivery_mode(2)
-                    .with_content_type("application/json".into()),
-            )
-            .await
-            .context("publishing an order batch")?;
-        let confirmation = tokio::time::timeout(self.confirm_timeout, confirm)
-            .await
-            .context("no publisher confirm in time")?
-            .context("waiting for the publisher confirm")?;
-        if !confirmation.is_ack() {
-            bail!("RabbitMQ refused an order batch (nack)");
-        }
-        if confirmation.take_message().is_some() {
-            bail!("RabbitMQ returned an order batch as unroutable");
-        }
-        Ok(())
+        let props = BasicProperties::default().with_content_type("application/json".into());
+        publish_confirmed(
+            channel,
+            &k.orders_exchange(),
+            ORDERS_ROUTING_KEY,
+            &body,
+            props,
+            self.confirm_timeout,
+        )
+        .await
+        .context("publishing an order batch")
     }
 
     async fn acknowledge(&self, done: &HashMap<String, Vec<String>>) -> Result<()> {

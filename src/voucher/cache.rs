@@ -133,18 +133,10 @@ impl VoucherCache {
 /// Keeps `cache` current until `stop`: subscribe, reload, apply events, and start
 /// over after any failure.
 pub async fn follow(cache: Arc<VoucherCache>, pg: PgPool, redis: Redis, keys: Keys, stop: CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
-    while !stop.is_cancelled() {
-        let result = follow_once(&cache, &pg, &redis, &keys, &stop).await;
-        if let Err(e) = result {
-            tracing::warn!(error = %format!("{e:#}"), "voucher cache subscription lost; retrying");
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
+    crate::supervise::supervise("voucher cache", &stop, || {
+        follow_once(&cache, &pg, &redis, &keys, &stop)
+    })
+    .await
 }
 
 async fn follow_once(

@@ -71,20 +71,7 @@ impl Worker {
 
     /// Consumes until `stop`, reconnecting after failures.
     pub async fn run(&self, stop: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
-        while !stop.is_cancelled() {
-            match self.run_connected(&stop).await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "worker interrupted; reconnecting")
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(5));
-        }
+        crate::supervise::supervise("worker", &stop, || self.run_connected(&stop)).await
     }
 
     async fn run_connected(&self, stop: &CancellationToken) -> Result<()> {

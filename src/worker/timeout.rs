@@ -3,11 +3,11 @@
 //! acknowledging the batch: a crash in between redelivers the batch, and it is
 //! scheduled again). When the message expires, RabbitMQ routes it to the timeout
 //! queue and [`run`] cancels every order of it that is still `created`.
-use crate::broker::Broker;
+use crate::broker::{publish_confirmed, Broker};
 use crate::order::lifecycle::{Canceller, Lifecycle};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 use serde::{Deserialize, Serialize};
@@ -23,43 +23,22 @@ pub struct TimeoutBatch {
 /// Publishes one delayed message for `order_ids`, confirmed.
 pub async fn schedule(ch: &Channel, broker: &Broker, window: Duration, order_ids: Vec<i64>) -> Result<()> {
     let body = serde_json::to_vec(&TimeoutBatch { order_ids })?;
-    let confirm = ch
-        .basic_publish(
-            "",
-            &broker.keys().delay_queue(),
-            BasicPublishOptions {
-                mandatory: true,
-                ..Default::default()
-            },
-            &body,
-            BasicProperties::default()
-                .with_delivery_mode(2)
-                .with_expiration(window.as_millis().to_string().into()),
-        )
-        .await
-        .context("publishing payment timeouts")?
-        .await
-        .context("confirming payment timeouts")?;
-    if !confirm.is_ack() || confirm.take_message().is_some() {
-        bail!("RabbitMQ did not take the payment timeouts");
-    }
-    Ok(())
+    let props = BasicProperties::default().with_expiration(window.as_millis().to_string().into());
+    publish_confirmed(
+        ch,
+        "",
+        &broker.keys().delay_queue(),
+        &body,
+        props,
+        Duration::from_secs(10),
+    )
+    .await
+    .context("scheduling payment timeouts")
 }
 
 /// Consumes expired timeouts until `stop`, reconnecting after failures.
 pub async fn run(broker: Arc<Broker>, lifecycle: Lifecycle, stop: CancellationToken) {
-    let mut backoff = Duration::from_millis(100);
-    while !stop.is_cancelled() {
-        match consume(&broker, &lifecycle, &stop).await {
-            Ok(()) => return,
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "timeout consumer interrupted; reconnecting"),
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
+    crate::supervise::supervise("timeout consumer", &stop, || consume(&broker, &lifecycle, &stop)).await
 }
 
 async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToken) -> Result<()> {
