@@ -1,11 +1,18 @@
 //! Writes a batch of accepted orders to Postgres in one transaction.
 //!
 //! Idempotent on order id (a redelivered message inserts nothing twice) and guarded
-//! by the database: the vouchers' rows are locked, each order is checked against the
-//! stock Postgres has and against the shopper's live orders, and only then inserted;
-//! stock is decremented by the number of orders actually inserted. An order the
+//! by the database: the vouchers' rows are locked, no voucher gets more orders than
+//! the stock Postgres has, and the unique index on a shopper's live order refuses a
+//! second one. Stock is decremented by the orders actually inserted. An order the
 //! guard refuses is stored as `failed` with its reason, counted and logged: it is an
 //! incident (Redis admitted it), never retried.
+//!
+//! The common case costs one lock query, one insert and one update: the insert's
+//! `ON CONFLICT DO NOTHING` answers "already there?" and "shopper already has one?"
+//! itself, and only rows it skipped (rare: a redelivered batch, an incident) are
+//! looked at again. Only a voucher whose batch exceeds its remaining stock (a
+//! redelivery near the end of a sale, or Redis out of step) is checked order by
+//! order before inserting.
 use crate::order::OrderMsg;
 use crate::sequence::{Sequences, ORDER_RULE, ORDER_TENANT};
 
@@ -20,6 +27,15 @@ pub struct Outcome {
     pub failed: usize,
 }
 
+async fn existing(tx: &mut sqlx::PgConnection, ids: &[i64]) -> Result<HashSet<i64>, sqlx::Error> {
+    Ok(sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect())
+}
+
 pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
     orders.sort_by_key(|o| (o.created_ms, o.id));
@@ -32,7 +48,6 @@ pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> 
     if orders.is_empty() {
         return Ok(outcome);
     }
-    let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
     let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
     vouchers.sort_unstable();
     vouchers.dedup();
@@ -47,52 +62,45 @@ pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> 
     .await?
     .into_iter()
     .collect();
-    let existing: HashSet<i64> = sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
-        .bind(&ids)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
-    let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
-    let pairs: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
-    let mut live: HashSet<(i64, i64)> = sqlx::query_as(
-        "SELECT o.user_id, o.voucher_id FROM voucher_orders o
-           JOIN UNNEST($1::bigint[], $2::bigint[]) AS b(user_id, voucher_id)
-             ON o.user_id = b.user_id AND o.voucher_id = b.voucher_id
-          WHERE o.status IN ('created', 'paid')",
-    )
-    .bind(&users)
-    .bind(&pairs)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect();
 
+    // Vouchers whose batch exceeds their stock: set aside what is already stored.
+    let mut wanted: HashMap<i64, i64> = HashMap::new();
+    for o in &orders {
+        *wanted.entry(o.voucher_id).or_default() += 1;
+    }
+    let tight: Vec<i64> = orders
+        .iter()
+        .filter(|o| {
+            stock
+                .get(&o.voucher_id)
+                .is_some_and(|s| wanted[&o.voucher_id] > *s as i64)
+        })
+        .map(|o| o.id)
+        .collect();
+    if !tight.is_empty() {
+        let stored = existing(&mut tx, &tight).await?;
+        outcome.duplicates += stored.len();
+        orders.retain(|o| !stored.contains(&o.id));
+    }
+
+    // Within stock, in admission order; the rest fails (never expected).
     let mut left = stock.clone();
-    let mut rows: Vec<(OrderMsg, Option<&'static str>)> = Vec::new();
+    let mut rows: Vec<(OrderMsg, Option<&'static str>)> = Vec::with_capacity(orders.len());
     for o in orders {
-        if existing.contains(&o.id) {
-            outcome.duplicates += 1;
-            continue;
-        }
         let failure = match left.get_mut(&o.voucher_id) {
             None => Some("not a flash-sale voucher in Postgres"),
-            Some(_) if live.contains(&(o.user_id, o.voucher_id)) => {
-                Some("the shopper already has an order for this voucher")
-            }
             Some(0) => Some("no stock left in Postgres"),
             Some(n) => {
                 *n -= 1;
-                live.insert((o.user_id, o.voucher_id));
                 None
             }
         };
         rows.push((o, failure));
     }
-    let created = rows.iter().filter(|(_, f)| f.is_none()).count();
-    let mut numbers = if created > 0 {
+    let to_create = rows.iter().filter(|(_, f)| f.is_none()).count();
+    let mut numbers = if to_create > 0 {
         sequences
-            .next(ORDER_RULE, ORDER_TENANT, created as u64)
+            .next(ORDER_RULE, ORDER_TENANT, to_create as u64)
             .await
             .map_err(PersistError::Numbers)?
             .ok_or_else(|| PersistError::Numbers(anyhow::anyhow!("the sequence rule 'order' is missing")))?
@@ -100,47 +108,48 @@ pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> 
     } else {
         Vec::new().into_iter()
     };
-
     let mut cols = Columns::default();
     for (o, failure) in &rows {
-        cols.id.push(o.id);
-        cols.user.push(o.user_id);
-        cols.voucher.push(o.voucher_id);
-        cols.created_at
-            .push(DateTime::from_timestamp_millis(o.created_ms).unwrap_or_else(Utc::now));
-        cols.status
-            .push(if failure.is_some() { "failed" } else { "created" }.to_owned());
-        cols.order_no
-            .push(if failure.is_none() { numbers.next() } else { None });
-        cols.failure.push(failure.map(str::to_owned));
+        let order_no = if failure.is_none() { numbers.next() } else { None };
+        cols.push(o, failure.map(str::to_owned), order_no);
     }
-    // ON CONFLICT DO NOTHING: if a concurrent transaction inserted the same id after
-    // our check, the row is skipped here and counted by what RETURNING leaves out.
-    let inserted: Vec<(i64, String)> = sqlx::query_as(
-        "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure)
-         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[])
-         ON CONFLICT DO NOTHING
-         RETURNING voucher_id, status",
-    )
-    .bind(&cols.id)
-    .bind(&cols.user)
-    .bind(&cols.voucher)
-    .bind(&cols.created_at)
-    .bind(&cols.status)
-    .bind(&cols.order_no)
-    .bind(&cols.failure)
-    .fetch_all(&mut *tx)
-    .await?;
-    let mut taken: HashMap<i64, i32> = HashMap::new();
-    for (voucher, status) in &inserted {
-        if status == "created" {
-            *taken.entry(*voucher).or_default() += 1;
-            outcome.created += 1;
-        } else {
-            outcome.failed += 1;
+    let inserted = cols.insert(&mut tx).await?;
+
+    // Rows the insert skipped: already stored (a redelivery), or the shopper already
+    // has a live order (the unique index refused it: an incident).
+    let skipped: Vec<&OrderMsg> = rows
+        .iter()
+        .map(|(o, _)| o)
+        .filter(|o| !inserted.contains_key(&o.id))
+        .collect();
+    let mut refused = Vec::new();
+    if !skipped.is_empty() {
+        let ids: Vec<i64> = skipped.iter().map(|o| o.id).collect();
+        let stored = existing(&mut tx, &ids).await?;
+        outcome.duplicates += stored.len();
+        let mut again = Columns::default();
+        for o in skipped.into_iter().filter(|o| !stored.contains(&o.id)) {
+            again.push(
+                o,
+                Some("the shopper already has an order for this voucher".into()),
+                None,
+            );
+            refused.push(*o);
+        }
+        if !again.id.is_empty() {
+            outcome.failed += again.insert(&mut tx).await?.len();
         }
     }
-    outcome.duplicates += rows.len() - inserted.len();
+
+    let mut taken: HashMap<i64, i32> = HashMap::new();
+    for (o, _) in rows
+        .iter()
+        .filter(|(o, _)| inserted.get(&o.id).is_some_and(|s| s == "created"))
+    {
+        *taken.entry(o.voucher_id).or_default() += 1;
+    }
+    outcome.created = taken.values().map(|n| *n as usize).sum();
+    outcome.failed += inserted.values().filter(|s| *s == "failed").count();
     if !taken.is_empty() {
         let (v, n): (Vec<i64>, Vec<i32>) = taken.into_iter().unzip();
         sqlx::query(
@@ -154,20 +163,27 @@ pub async fn persist(pg: &PgPool, sequences: &Sequences, batch: &[OrderMsg]) -> 
         .await?;
     }
     tx.commit().await?;
-    if outcome.failed > 0 {
-        for (o, f) in rows.iter().filter(|(_, f)| f.is_some()) {
-            tracing::error!(
-                order_id = o.id,
-                user_id = o.user_id,
-                voucher_id = o.voucher_id,
-                reason = f.unwrap_or_default(),
-                "INCIDENT: Postgres refused an order Redis accepted; stored as failed"
-            );
-        }
+    for (o, f) in rows.iter().filter(|(o, f)| f.is_some() && inserted.contains_key(&o.id)) {
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            reason = f.unwrap_or_default(),
+            "INCIDENT: Postgres refused an order Redis accepted; stored as failed"
+        );
+    }
+    for o in refused {
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            "INCIDENT: the shopper already had a live order; stored as failed"
+        );
     }
     Ok(outcome)
 }
 
+/// Column arrays for one `INSERT ... SELECT FROM UNNEST(...)`.
 #[derive(Default)]
 struct Columns {
     id: Vec<i64>,
@@ -177,6 +193,40 @@ struct Columns {
     status: Vec<String>,
     order_no: Vec<Option<String>>,
     failure: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn push(&mut self, o: &OrderMsg, failure: Option<String>, order_no: Option<String>) {
+        self.id.push(o.id);
+        self.user.push(o.user_id);
+        self.voucher.push(o.voucher_id);
+        self.created_at
+            .push(DateTime::from_timestamp_millis(o.created_ms).unwrap_or_else(Utc::now));
+        self.status
+            .push(if failure.is_some() { "failed" } else { "created" }.to_owned());
+        self.order_no.push(order_no);
+        self.failure.push(failure);
+    }
+
+    /// Inserts the rows no constraint refuses; returns id -> status of those inserted.
+    async fn insert(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure)
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[])
+             ON CONFLICT DO NOTHING
+             RETURNING id, status",
+        )
+        .bind(&self.id)
+        .bind(&self.user)
+        .bind(&self.voucher)
+        .bind(&self.created_at)
+        .bind(&self.status)
+        .bind(&self.order_no)
+        .bind(&self.failure)
+        .fetch_all(&mut *tx)
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

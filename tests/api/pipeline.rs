@@ -280,3 +280,69 @@ async fn order_ids_stay_unique_after_the_counter_key_is_deleted() {
     }
     assert_eq!(seen.len(), 1800);
 }
+
+/// The database's own guard, fed directly: a batch redelivered after the sale sold
+/// out is recognised as duplicates (not failures); orders beyond Postgres's stock and
+/// a second order of one shopper become `failed`; stock is never negative.
+#[tokio::test]
+async fn the_database_guard_classifies_duplicates_overstock_and_second_orders() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let state = app.app().state();
+    let seq = &state.sequences;
+    let (v, w) = (app.flash_sale(3).await, app.flash_sale(5).await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: voucher,
+        created_ms: now + id,
+    };
+    let persist = |orders: Vec<OrderMsg>| async move {
+        seckill::worker::persist::persist(&state.jobs_pg, seq, &orders)
+            .await
+            .unwrap()
+    };
+
+    let first: Vec<OrderMsg> = (1..=3).map(|i| msg(i, 100 + i, v)).collect();
+    let o = persist(first.clone()).await;
+    assert_eq!((o.created, o.duplicates, o.failed), (3, 0, 0));
+    let o = persist(first).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (0, 3, 0),
+        "a redelivery at sold-out is not an incident"
+    );
+    let o = persist(vec![msg(4, 200, v)]).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (0, 0, 1),
+        "beyond Postgres's stock"
+    );
+    let o = persist(vec![msg(10, 7, w), msg(11, 7, w), msg(12, 8, w)]).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (2, 0, 1),
+        "one live order per shopper"
+    );
+    let o = persist(vec![msg(10, 7, w), msg(13, 7, w)]).await;
+    assert_eq!((o.created, o.duplicates, o.failed), (0, 1, 1));
+
+    let statuses: Vec<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT id, status, order_no FROM voucher_orders ORDER BY id")
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    let failed: Vec<i64> = statuses.iter().filter(|r| r.1 == "failed").map(|r| r.0).collect();
+    assert_eq!(failed, vec![4, 11, 13]);
+    assert!(
+        statuses.iter().all(|r| (r.1 == "failed") == r.2.is_none()),
+        "numbers only for created orders"
+    );
+    let stocks: Vec<i32> = sqlx::query_scalar("SELECT stock FROM seckill_vouchers ORDER BY voucher_id")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stocks, vec![0, 3]);
+    app.shutdown().await;
+}
