@@ -277,3 +277,94 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
         "the whole stock sold, exactly once"
     );
 }
+
+/// A Redis server of the test's own, with the durability the README prescribes
+/// (AOF, fsync on every write), so it can be killed and started again.
+struct OwnRedis {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl OwnRedis {
+    fn start(port: u16, dir: &std::path::Path) -> std::process::Child {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+            ])
+            .args(["--appendfsync", "always", "--dir", dir.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
+    fn new() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("seckill-redis-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Self::start(port, &dir);
+        Self { child, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// kill -9, then start again on the same port and data directory.
+    fn crash_and_restart(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.child = Self::start(self.port, &self.dir);
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_and_restarted_with_aof_loses_nothing() {
+    let ns = Namespace::new().await;
+    let mut redis = OwnRedis::new();
+    let url = redis.url();
+    let app = Arc::new(TestApp::spawn_with(&ns, &[("REDIS_URL", url.as_str())], Options::default(), Mode::All).await);
+    let stock = 250;
+    let v = app.flash_sale(stock).await;
+    let tally = crowd(&app.addr, &app.jwt, v, 1..301, || async {
+        redis.crash_and_restart();
+    })
+    .await;
+    // Whatever the crowd could not buy while Redis was away, later shoppers can.
+    let rest = crowd(&app.addr, &app.jwt, v, 1000..1200, || async {}).await;
+    let all = Tally {
+        acknowledged: tally.acknowledged.union(&rest.acknowledged).copied().collect(),
+    };
+    settle("redis killed and restarted (AOF always)", app.pg(), v, stock, &all).await;
+    assert_eq!(
+        all.acknowledged.len() as i64,
+        stock,
+        "the whole stock sold, exactly once"
+    );
+}
