@@ -1,11 +1,16 @@
-//! Issue 7: the fault suite. During a flash crowd: the process killed with -9 and
-//! started again, the RabbitMQ connections cut, Postgres refusing connections,
-//! Redis losing the sale's keys. After each: drain, then check that every
-//! acknowledged order is persisted (none lost), none twice, no oversell, one per
-//! shopper. Each scenario prints its counts.
+//! Issue 7: the fault suite. During a flash crowd:
+//! - the service process killed with -9 and started again;
+//! - RabbitMQ stopped and started again (a node of the test's own), and, on the
+//!   shared broker, this deployment's connections cut;
+//! - Postgres crashed (`pg_ctl -m immediate`) and started again (a cluster of the
+//!   test's own), and, on the shared server, this database refusing connections;
+//! - Redis killed with -9 and restarted with AOF (`appendfsync always`, a server of
+//!   the test's own), and, on the shared server, the sale's keys deleted.
 //!
-//! The servers are shared with other test runs on this machine, so the suite cuts
-//! this namespace's connections and data rather than restarting the servers.
+//! After each: drain, then check that every acknowledged order is persisted (none
+//! lost), no shopper holds two, no oversell, Postgres's stock matches. Each scenario
+//! prints its counts. Servers of the test's own sit beside the machine's on free
+//! ports, so that other test runs sharing the machine are not disturbed.
 use crate::helpers::*;
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -367,4 +372,264 @@ async fn redis_killed_and_restarted_with_aof_loses_nothing() {
         stock,
         "the whole stock sold, exactly once"
     );
+}
+
+/// A RabbitMQ node of the test's own (its own name, ports, config and data
+/// directory, beside the machine's broker), so that it can be stopped and started.
+struct OwnRabbit {
+    node: String,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl OwnRabbit {
+    fn new() -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("seckill-rabbit-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("log")).unwrap();
+        std::fs::create_dir_all(dir.join("mnesia")).unwrap();
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            format!("listeners.tcp.local = 127.0.0.1:{port}\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("rabbitmq-env.conf"), "").unwrap();
+        // The Debian wrapper runs the node as the rabbitmq user.
+        let _ = std::process::Command::new("chown")
+            .args(["-R", "rabbitmq:rabbitmq", dir.to_str().unwrap()])
+            .status();
+        let me = Self {
+            node: format!("seckill-fault-{port}@localhost"),
+            port,
+            dir,
+        };
+        me.start();
+        me
+    }
+
+    fn start(&self) {
+        let d = |p: &str| self.dir.join(p).to_str().unwrap().to_owned();
+        let status = std::process::Command::new("rabbitmq-server")
+            .arg("-detached")
+            .env("RABBITMQ_NODENAME", &self.node)
+            .env("RABBITMQ_DIST_PORT", free_port().to_string())
+            .env("RABBITMQ_CONFIG_FILE", d("rabbitmq.conf"))
+            .env("RABBITMQ_CONF_ENV_FILE", d("rabbitmq-env.conf"))
+            .env("RABBITMQ_MNESIA_BASE", d("mnesia"))
+            .env("RABBITMQ_LOG_BASE", d("log"))
+            .env("RABBITMQ_PID_FILE", d("pid"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", d("enabled_plugins"))
+            .env("ERL_EPMD_ADDRESS", "127.0.0.1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("start rabbitmq-server");
+        assert!(status.success());
+        for _ in 0..600 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the test's RabbitMQ node did not start (see {})", d("log"));
+    }
+
+    fn stop(&self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-n", &self.node, "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+}
+
+impl Drop for OwnRabbit {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// RabbitMQ stops and starts again mid-sale: orders keep being accepted into the
+/// outbox, the relay and worker reconnect and re-declare, and everything
+/// acknowledged reaches Postgres.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rabbitmq_restarted_mid_sale_loses_nothing() {
+    if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout != b"0\n")
+        .unwrap_or(true)
+    {
+        println!("skipped: running a RabbitMQ node of the test's own needs root (as on CI)");
+        return;
+    }
+    let ns = Namespace::new().await;
+    let rabbit = tokio::task::spawn_blocking(OwnRabbit::new).await.unwrap();
+    let url = rabbit.url();
+    let app = Arc::new(TestApp::spawn_with(&ns, &[("AMQP_URL", url.as_str())], Options::default(), Mode::All).await);
+    let stock = 250;
+    let v = app.flash_sale(stock).await;
+    let rabbit = Arc::new(rabbit);
+    let tally = crowd(&app.addr, &app.jwt, v, 1..301, || {
+        let rabbit = rabbit.clone();
+        async move {
+            tokio::task::spawn_blocking(move || rabbit.stop()).await.unwrap();
+        }
+    })
+    .await;
+    // Accepted while the broker was down: they wait in the outbox.
+    let (_, ready) = app.get("/health/ready", None).await;
+    assert_eq!(ready["checks"]["rabbitmq"], "down", "{ready}");
+    {
+        let rabbit = rabbit.clone();
+        tokio::task::spawn_blocking(move || rabbit.start()).await.unwrap();
+    }
+    settle("rabbitmq restarted", app.pg(), v, stock, &tally).await;
+    let (status, _) = app.get("/health/ready", None).await;
+    assert_eq!(status, StatusCode::OK, "ready again once RabbitMQ is back");
+}
+
+/// A PostgreSQL cluster of the test's own (its own port and data directory), so
+/// that it can be crashed and started again.
+struct OwnPostgres {
+    bin: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnPostgres {
+    fn new() -> Self {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL server binaries")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|p| p.join("initdb").exists())
+            .max()
+            .expect("an initdb");
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("seckill-pg-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::process::Command::new("chown")
+            .args(["-R", "postgres:postgres", dir.to_str().unwrap()])
+            .status();
+        let me = Self { bin, dir, port };
+        me.as_postgres("initdb", &["-D", &me.data(), "-A", "trust", "-U", "root"]);
+        me.start();
+        let status = std::process::Command::new("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-U",
+                "root",
+                "-d",
+                "postgres",
+                "-qc",
+                "CREATE DATABASE seckill",
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        me
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").to_str().unwrap().to_owned()
+    }
+
+    fn as_postgres(&self, tool: &str, args: &[&str]) {
+        let status = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join(tool))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run a PostgreSQL tool");
+        assert!(status.success(), "{tool} {args:?} failed");
+    }
+
+    fn start(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.to_str().unwrap()
+        );
+        let log = self.dir.join("log").to_str().unwrap().to_owned();
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "start"]);
+    }
+
+    /// Stops at once, as a crash would (recovery runs at the next start).
+    fn crash(&self) {
+        self.as_postgres("pg_ctl", &["-D", &self.data(), "-m", "immediate", "stop"]);
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://root@127.0.0.1:{}/seckill", self.port)
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .args(["-D", &self.data(), "-m", "immediate", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Postgres crashes and comes back mid-sale: the API keeps accepting (it needs no
+/// Postgres), the worker holds its messages and retries, nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_crashed_and_restarted_mid_sale_loses_nothing() {
+    if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout != b"0\n")
+        .unwrap_or(true)
+    {
+        println!("skipped: running a PostgreSQL cluster of the test's own needs root (as on CI)");
+        return;
+    }
+    let ns = Namespace::new().await;
+    let pg = Arc::new(tokio::task::spawn_blocking(OwnPostgres::new).await.unwrap());
+    let url = pg.url();
+    let app =
+        Arc::new(TestApp::spawn_with(&ns, &[("DATABASE_URL", url.as_str())], Options::default(), Mode::All).await);
+    let stock = 250;
+    let v = app.flash_sale(stock).await;
+    let tally = crowd(&app.addr, &app.jwt, v, 1..301, || {
+        let pg = pg.clone();
+        async move {
+            tokio::task::spawn_blocking(move || pg.crash()).await.unwrap();
+        }
+    })
+    .await;
+    let (_, ready) = app.get("/health/ready", None).await;
+    assert_eq!(ready["checks"]["postgres"], "down", "{ready}");
+    {
+        let pg = pg.clone();
+        tokio::task::spawn_blocking(move || pg.start()).await.unwrap();
+    }
+    settle("postgres crashed and restarted", app.pg(), v, stock, &tally).await;
+    let (status, _) = app.get("/health/ready", None).await;
+    assert_eq!(status, StatusCode::OK, "ready again once Postgres is back");
 }
