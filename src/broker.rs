@@ -59,6 +59,7 @@ pub struct Broker {
     timeout: Duration,
     delivery_limit: u32,
     health: Mutex<Option<Connection>>,
+    home: Option<tokio::runtime::Handle>,
 }
 
 impl Broker {
@@ -69,6 +70,7 @@ impl Broker {
             timeout,
             delivery_limit,
             health: Mutex::new(None),
+            home: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -77,17 +79,29 @@ impl Broker {
     }
 
     /// A new connection, bounded by the dependency timeout.
+    ///
+    /// The connection is made on the runtime that created the broker (the main one):
+    /// its I/O is bound to that runtime, and one made inside an HTTP handler would
+    /// die with that actix worker's runtime when the server stops.
     pub async fn connect(&self) -> Result<Connection> {
-        let props = ConnectionProperties::default()
-            .with_executor(tokio_executor_trait::Tokio::current())
-            .with_reactor(tokio_reactor_trait::Tokio)
-            // Shown by `rabbitmqctl list_connections user_provided_name`: operators
-            // (and the fault tests) can tell deployments apart on a shared broker.
-            .with_connection_name(format!("seckill:{}", self.keys.namespace()).into());
-        tokio::time::timeout(self.timeout, Connection::connect(&self.url, props))
-            .await
-            .context("connecting to RabbitMQ timed out")?
-            .context("connecting to RabbitMQ")
+        let (url, timeout) = (self.url.clone(), self.timeout);
+        // Shown by `rabbitmqctl list_connections client_properties`: operators (and
+        // the fault tests) can tell deployments apart on a shared broker.
+        let name = format!("seckill:{}", self.keys.namespace());
+        let connect = async move {
+            let props = ConnectionProperties::default()
+                .with_executor(tokio_executor_trait::Tokio::current())
+                .with_reactor(tokio_reactor_trait::Tokio)
+                .with_connection_name(name.into());
+            tokio::time::timeout(timeout, Connection::connect(&url, props))
+                .await
+                .context("connecting to RabbitMQ timed out")?
+                .context("connecting to RabbitMQ")
+        };
+        match &self.home {
+            Some(home) => home.spawn(connect).await.context("the connecting task failed")?,
+            None => connect.await,
+        }
     }
 
     /// A channel on a new connection with the topology declared. The caller keeps
