@@ -104,7 +104,6 @@ pub struct Application {
     tasks: Vec<JoinHandle<()>>,
     stop: CancellationToken,
     state: Arc<AppState>,
-    worker: Option<Arc<Worker>>,
 }
 
 /// A pool that connects lazily, so that the process starts while Postgres is down.
@@ -302,7 +301,6 @@ impl Application {
             tasks,
             stop,
             state,
-            worker,
         })
     }
 
@@ -313,10 +311,6 @@ impl Application {
 
     pub fn state(&self) -> &Arc<AppState> {
         &self.state
-    }
-
-    pub fn worker(&self) -> Option<&Arc<Worker>> {
-        self.worker.as_ref()
     }
 
     /// Cancelling it stops the background tasks (the server stops with

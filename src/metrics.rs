@@ -24,6 +24,8 @@ pub struct Metrics {
     pub worker_persist_seconds: Histogram,
     /// Orders by result: created, duplicate, failed.
     pub orders_persisted: IntCounterVec,
+    /// Messages that were not order batches, dead-lettered at once.
+    pub worker_poison: IntCounter,
     pub http_seconds: HistogramVec,
 }
 
@@ -112,6 +114,14 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new("orders_persisted_total", "Orders written by the worker, by result"),
                     &["result"],
+                )
+                .unwrap(),
+            ),
+            worker_poison: reg(
+                &r,
+                IntCounter::new(
+                    "worker_poison_messages_total",
+                    "Messages that were not order batches (dead-lettered)",
                 )
                 .unwrap(),
             ),

@@ -13,17 +13,6 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
     parse_value(&v).map_err(serde::de::Error::custom)
 }
 
-/// `#[serde(with = "crate::http::id::option")]` for an `Option<i64>` field.
-pub mod option {
-    use super::*;
-    pub fn serialize<S: Serializer>(id: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
-        match id {
-            Some(id) => s.collect_str(id),
-            None => s.serialize_none(),
-        }
-    }
-}
-
 /// A positive 63-bit id from a JSON string or number.
 pub fn parse_value(v: &Value) -> Result<i64, String> {
     match v {

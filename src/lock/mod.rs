@@ -183,15 +183,6 @@ impl Owner {
         &self.id
     }
 
-    /// The same owner identity under another name (tests, and tasks that hand a
-    /// held lock over explicitly).
-    pub fn with_id(svc: &Arc<LockService>, id: &str) -> Self {
-        Self {
-            svc: svc.clone(),
-            id: id.to_owned(),
-        }
-    }
-
     /// Waits until the lock is granted; a watchdog keeps it.
     pub async fn lock(&self, name: &str) -> Result<LockGuard> {
         loop {

@@ -23,20 +23,9 @@ use lapin::types::FieldTable;
 use lapin::Channel;
 use persist::Outcome;
 use sqlx::PgPool;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-/// Running totals, for logs and tests.
-#[derive(Default, Debug)]
-pub struct Counters {
-    pub created: AtomicU64,
-    pub duplicates: AtomicU64,
-    pub failed: AtomicU64,
-    pub poison: AtomicU64,
-    pub batches: AtomicU64,
-}
 
 pub struct Worker {
     pg: PgPool,
@@ -46,7 +35,6 @@ pub struct Worker {
     batch: usize,
     payment_window: Duration,
     metrics: Arc<crate::metrics::Metrics>,
-    pub counters: Counters,
 }
 
 impl Worker {
@@ -65,7 +53,6 @@ impl Worker {
             batch: settings.worker_batch,
             payment_window: settings.payment_window,
             metrics,
-            counters: Counters::default(),
         }
     }
 
@@ -124,7 +111,7 @@ impl Worker {
                 Ok(b) => good.push((d, b)),
                 Err(e) => {
                     tracing::error!(error = %e, bytes = d.data.len(), "poison message; dead-lettering it");
-                    self.counters.poison.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.worker_poison.inc();
                     d.reject(BasicRejectOptions { requeue: false })
                         .await
                         .context("rejecting a poison message")?;
@@ -247,11 +234,5 @@ impl Worker {
                     .inc_by(n as u64);
             }
         }
-        self.counters.batches.fetch_add(1, Ordering::Relaxed);
-        self.counters.created.fetch_add(o.created as u64, Ordering::Relaxed);
-        self.counters
-            .duplicates
-            .fetch_add(o.duplicates as u64, Ordering::Relaxed);
-        self.counters.failed.fetch_add(o.failed as u64, Ordering::Relaxed);
     }
 }

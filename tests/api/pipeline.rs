@@ -165,10 +165,10 @@ async fn the_same_message_delivered_twice_writes_each_order_once() {
     publish_raw(&ns, &body).await;
     publish_raw(&ns, &body).await;
     wait_persisted(&app, v, 5).await;
-    let worker = app.app().worker().unwrap().clone();
+    let metrics = app.app().state().metrics.clone();
     eventually(Duration::from_secs(10), || {
-        let w = worker.clone();
-        async move { (w.counters.duplicates.load(std::sync::atomic::Ordering::Relaxed) >= 5).then_some(()) }
+        let m = metrics.clone();
+        async move { (m.orders_persisted.with_label_values(&["duplicate"]).get() >= 5).then_some(()) }
     })
     .await
     .expect("the second delivery is recognised as duplicates");
@@ -198,8 +198,7 @@ async fn a_poison_message_lands_in_the_dead_letter_queue() {
     .await
     .expect("the poison message is dead-lettered");
     assert_eq!(&dead.delivery.data[..], b"this is not an order batch");
-    let worker = app.app().worker().unwrap();
-    assert_eq!(worker.counters.poison.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(app.app().state().metrics.worker_poison.get(), 1);
     conn.close(200, "done").await.unwrap();
     app.shutdown().await;
 }
