@@ -6,6 +6,11 @@
 //! value); Redis keeps a copy as the counter's ceiling and the script never passes
 //! it. When the counter key is missing, it restarts from the durable mark, so every
 //! value issued afterwards is above every value issued before.
+//!
+//! One window is not covered: an instance reads the durable mark after a loss, and
+//! before it initialises the key another instance initialises it, raises the mark,
+//! issues values, and Redis loses the key *again*; the first instance then
+//! initialises from its stale mark. It takes two losses within one round trip.
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{bail, Context, Result};
