@@ -130,17 +130,7 @@ async fn kill_9_during_a_flash_crowd_loses_nothing() {
     let ns = Namespace::new().await;
     let (mut child, port) = spawn_binary(&ns, &[]).await;
     let base = format!("http://127.0.0.1:{port}");
-    let app = TestApp::spawn_with(
-        &ns,
-        &[],
-        Options {
-            relay: false,
-            worker: false,
-            ..Default::default()
-        },
-        Mode::Serve,
-    )
-    .await;
+    let app = TestApp::spawn_api_only(&ns, &[]).await;
     let stock = 300;
     let v = app.flash_sale(stock).await;
     tokio::time::sleep(Duration::from_millis(300)).await; // the binary's cache learns it
@@ -468,12 +458,7 @@ impl Drop for OwnRabbit {
 /// acknowledged reaches Postgres.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rabbitmq_restarted_mid_sale_loses_nothing() {
-    if std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout != b"0\n")
-        .unwrap_or(true)
-    {
+    if !is_root() {
         println!("skipped: running a RabbitMQ node of the test's own needs root (as on CI)");
         return;
     }
@@ -600,12 +585,7 @@ impl Drop for OwnPostgres {
 /// Postgres), the worker holds its messages and retries, nothing acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_crashed_and_restarted_mid_sale_loses_nothing() {
-    if std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout != b"0\n")
-        .unwrap_or(true)
-    {
+    if !is_root() {
         println!("skipped: running a PostgreSQL cluster of the test's own needs root (as on CI)");
         return;
     }

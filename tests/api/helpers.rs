@@ -133,6 +133,17 @@ impl TestApp {
         }
     }
 
+    /// An instance that serves the API only: no relay, no worker (accepted orders
+    /// stay in the outbox unless another instance relays them).
+    pub async fn spawn_api_only(ns: &Namespace, overrides: &[(&str, &str)]) -> Self {
+        let opts = Options {
+            relay: false,
+            worker: false,
+            ..Default::default()
+        };
+        Self::spawn_with(ns, overrides, opts, Mode::Serve).await
+    }
+
     pub fn app(&self) -> &Application {
         self.app.as_ref().expect("application running")
     }
@@ -313,4 +324,13 @@ pub async fn spawn_binary(ns: &Namespace, extra: &[(&str, &str)]) -> (std::proce
         .expect("the process logs its port")
         .unwrap();
     (child, port)
+}
+
+/// Whether the tests run as root: needed to start RabbitMQ and Postgres servers of
+/// their own, which run as their own users (CI runs as root).
+pub fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n")
 }

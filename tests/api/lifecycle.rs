@@ -248,17 +248,7 @@ async fn a_shoppers_request_waiting_too_long_for_their_previous_one_gets_409() {
         Mode::All,
     )
     .await;
-    let other = TestApp::spawn_with(
-        &ns,
-        &[],
-        Options {
-            relay: false,
-            worker: false,
-            ..Default::default()
-        },
-        Mode::Serve,
-    )
-    .await;
+    let other = TestApp::spawn_api_only(&ns, &[]).await;
     let v = app.flash_sale(5).await;
     let id = created_order(&app, v, 7).await;
     let held = other.app().state().locks.owner().lock("user:7").await.unwrap();

@@ -1,6 +1,5 @@
 //! Issue 5: distributed locks against the real Redis.
 use crate::helpers::*;
-use seckill::app::{Mode, Options};
 use seckill::lock::{fence, ReleaseError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,17 +8,7 @@ use std::time::{Duration, Instant};
 const SHORT_LEASE: [(&str, &str); 1] = [("SECKILL_LOCK_LEASE_MS", "600")];
 
 async fn instance(ns: &Namespace) -> TestApp {
-    TestApp::spawn_with(
-        ns,
-        &SHORT_LEASE,
-        Options {
-            relay: false,
-            worker: false,
-            ..Default::default()
-        },
-        Mode::Serve,
-    )
-    .await
+    TestApp::spawn_api_only(ns, &SHORT_LEASE).await
 }
 
 /// Two instances x 50 tasks, each an unprotected read-modify-write of one key.
@@ -273,17 +262,7 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
     );
 
     // Past the wait limit: 409 request_in_progress.
-    let c = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_USER_LOCK_WAIT_MS", "100")],
-        Options {
-            relay: false,
-            worker: false,
-            ..Default::default()
-        },
-        Mode::Serve,
-    )
-    .await;
+    let c = TestApp::spawn_api_only(&ns, &[("SECKILL_USER_LOCK_WAIT_MS", "100")]).await;
     let slow = tokio::spawn({
         let s = a.app().state().user_serializer.clone();
         async move {

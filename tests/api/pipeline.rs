@@ -44,12 +44,7 @@ fn broker(ns: &Namespace) -> Broker {
 #[tokio::test]
 async fn orders_accepted_by_a_process_killed_before_publishing_are_not_lost() {
     let ns = Namespace::new().await;
-    let no_relay = Options {
-        relay: false,
-        worker: false,
-        ..Default::default()
-    };
-    let api = TestApp::spawn_with(&ns, &[], no_relay, Mode::Serve).await;
+    let api = TestApp::spawn_api_only(&ns, &[]).await;
     let v = api.flash_sale(50).await;
     let mut accepted = HashSet::new();
     for user in 1..=30 {
