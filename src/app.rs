@@ -462,6 +462,8 @@ fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
 }
 
 async fn not_found(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    use actix_web::HttpMessage;
+    req.extensions_mut().insert(crate::http::admission::Unmatched);
     Err(ApiError::not_found(
         "not_found",
         format!("no route for {} {}", req.method(), req.path()),

@@ -117,8 +117,9 @@ pub async fn admit(
     let resp = admit_inner(req, next).await;
     if let (Some(m), Ok(r)) = (metrics, &resp) {
         let status = r.status();
-        // Unknown paths share one label, so that scanners cannot grow the label set.
-        let route = if status == actix_web::http::StatusCode::NOT_FOUND && !route.starts_with("/api/v1/") {
+        // Paths no route matched share one label, so that scanners cannot grow the
+        // label set (the default handler marks them).
+        let route = if r.request().extensions().get::<Unmatched>().is_some() {
             "unmatched"
         } else {
             route.as_str()
@@ -137,6 +138,10 @@ pub async fn admit(
     }
     resp
 }
+
+/// Set by the default handler when no route matched the path.
+#[derive(Clone, Copy)]
+pub struct Unmatched;
 
 /// Set by the order handler, so the middleware does not count its refusals twice.
 #[derive(Clone, Copy)]

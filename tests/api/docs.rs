@@ -97,5 +97,30 @@ async fn the_metrics_move_during_an_order() {
         "seckill_http_request_seconds_count{method=\"POST\",route=\"/api/v1/vouchers/{id}/orders\",status=\"202\"} 1"
     ));
     assert!(metric(&text, "seckill_worker_persist_seconds_count") >= 1.0);
+
+    // Unknown paths, also under /api/v1/, share one label.
+    for path in ["/api/v1/nope-1", "/api/v1/nope-2", "/elsewhere"] {
+        assert_eq!(app.get(path, None).await.0, StatusCode::NOT_FOUND);
+    }
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !text.contains("nope-") && !text.contains("elsewhere"),
+        "unknown paths must not become labels"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "seckill_http_request_seconds_count{method=\"GET\",route=\"unmatched\",status=\"404\"}"
+        ),
+        3.0
+    );
     app.shutdown().await;
 }
