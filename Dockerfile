@@ -5,6 +5,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations
+# The workspace names the load generator crate; it is not built into the image.
+COPY bench ./bench
 RUN cargo build --release --bin seckill
 
 FROM debian:bookworm-slim

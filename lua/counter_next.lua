@@ -14,8 +14,8 @@
 --                    at least `need`, store it with counter_raise.lua, call again.
 --
 -- Why one script: initialising a missing key from the floor and incrementing it must
--- not interleave with another instance doing the same (the seeds' SET/INCR race that
--- issued one waybill number twice); the ceiling check and the increment must be one
+-- not interleave with another instance doing the same (a SET racing an INCR issues
+-- one number twice); the ceiling check and the increment must be one
 -- step so that no value above the durable mark is ever handed out.
 local count = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])

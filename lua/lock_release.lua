@@ -8,7 +8,7 @@
 -- took it). Nothing changes in the last two cases.
 --
 -- Why one script: comparing the owner and deleting must be one step, or a holder
--- whose lease ran out could delete the lock of the next holder (the seeds' GET then
+-- whose lease ran out could delete the lock of the next holder (the classic GET then
 -- DEL bug); the wake-up must follow the delete with nothing in between.
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1

@@ -59,7 +59,7 @@ pub struct Broker {
     timeout: Duration,
     delivery_limit: u32,
     health: Mutex<Option<Connection>>,
-    home: Option<tokio::runtime::Handle>,
+    main_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Broker {
@@ -70,7 +70,7 @@ impl Broker {
             timeout,
             delivery_limit,
             health: Mutex::new(None),
-            home: tokio::runtime::Handle::try_current().ok(),
+            main_runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -98,8 +98,11 @@ impl Broker {
                 .context("connecting to RabbitMQ timed out")?
                 .context("connecting to RabbitMQ")
         };
-        match &self.home {
-            Some(home) => home.spawn(connect).await.context("the connecting task failed")?,
+        match &self.main_runtime {
+            Some(main_runtime) => main_runtime
+                .spawn(connect)
+                .await
+                .context("the connecting task failed")?,
             None => connect.await,
         }
     }

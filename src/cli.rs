@@ -1,5 +1,5 @@
-//! The command line (CONTRACT.md): `all`, `serve`, `worker`, `migrate`, `token`,
-//! and `bench`, the load generator.
+//! The command line (CONTRACT.md): `all`, `serve`, `worker`, `migrate`, `token`
+//! (the load generator is the `seckill-bench` crate in `bench/`).
 use crate::app::{self, Application, Mode};
 use crate::config::Settings;
 use crate::http::auth::{JwtKeys, Role};
@@ -37,10 +37,6 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
-    /// Fires a flash crowd at a running server and checks the invariants.
-    Bench(crate::bench::Args),
-    /// Measures the distributed lock: uncontended rate and hand-over latency.
-    BenchLock(crate::bench::LockArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -98,8 +94,6 @@ pub fn run(cli: Cli) -> Result<()> {
                 println!("migrations applied");
                 return Ok(());
             }
-            Command::Bench(args) => return crate::bench::run(args, &settings).await,
-            Command::BenchLock(args) => return crate::bench::run_lock(args, &settings).await,
             Command::Token { .. } => unreachable!("handled above"),
         };
         Application::build(settings, mode).await?.run_until_stopped().await

@@ -66,10 +66,17 @@ pub struct Settings {
     pub delivery_limit: u32,
     /// Order ids the ID worker takes from Redis in one call.
     pub id_block: u32,
+    /// How long a worker holds a batch it cannot persist before handing it back.
+    pub worker_hold_limit: Duration,
     /// Lease of watchdog-kept locks (renewed every third of it).
     pub lock_lease: Duration,
     /// How long a shopper's request waits for their previous one before 409.
     pub user_lock_wait: Duration,
+    /// How often the running sales' books are audited (`seckill_sales_unbalanced`).
+    pub audit_interval: Duration,
+    /// How far this process's clock may be from Postgres's before orders get 503
+    /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
+    pub max_clock_skew: Option<Duration>,
 }
 
 impl Settings {
@@ -121,8 +128,14 @@ impl Settings {
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
             id_block: num(&var, "SECKILL_ID_BLOCK", 1000, 1, 1_000_000)? as u32,
+            worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
             lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
             user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),
+            audit_interval: Duration::from_millis(num(&var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?),
+            max_clock_skew: match num(&var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
         };
         Ok(s)
     }
@@ -178,6 +191,11 @@ mod tests {
         assert_eq!(s.payment_window, Duration::from_secs(900));
         assert!(s.jwt_secret_is_dev);
         assert!(s.migrate_on_start);
+        assert_eq!(s.max_clock_skew, Some(Duration::from_secs(2)));
+        assert_eq!(
+            with(&[("SECKILL_MAX_CLOCK_SKEW_MS", "0")]).unwrap().max_clock_skew,
+            None
+        );
     }
 
     #[test]
@@ -188,6 +206,7 @@ mod tests {
             ("SECKILL_PAYMENT_WINDOW_SECS", "soon"),
             ("SECKILL_JWT_SECRET", "short"),
             ("SECKILL_MIGRATE_ON_START", "maybe"),
+            ("SECKILL_MAX_CLOCK_SKEW_MS", "-1"),
         ] {
             let err = with(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");

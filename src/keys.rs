@@ -42,9 +42,32 @@ impl Keys {
         self.voucher(voucher_id, "returned")
     }
 
+    /// Set of top-up ids whose units were added to the stock (top-ups are idempotent).
+    pub fn topups(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "topups")
+    }
+
     /// The voucher's outbox stream, read by the relay's consumer group.
     pub fn outbox(&self, voucher_id: i64) -> String {
         self.voucher(voucher_id, "outbox")
+    }
+
+    /// The epoch of the newest repair that rewrote the voucher's state (a fence that
+    /// a stalled repairer's late writes cannot pass).
+    pub fn repair_fence(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "repair")
+    }
+
+    /// Set of the voucher ids that have an outbox stream: the relays read these even
+    /// when their voucher cache is empty (Postgres down at start).
+    pub fn outboxes(&self) -> String {
+        format!("{}:outboxes", self.ns)
+    }
+
+    /// The epoch whose state this Redis holds (written by the last repair); it
+    /// must equal the epoch Postgres records for the server.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.ns)
     }
 
     /// Pub/sub channel that tells every instance a voucher or its stock changed.
@@ -52,20 +75,24 @@ impl Keys {
         format!("{}:events", self.ns)
     }
 
-    /// The value and ceiling keys of one durable daily counter.
-    pub fn counter(&self, scope: &str) -> (String, String) {
+    /// The value and ceiling keys of one durable daily counter in one epoch: a new
+    /// epoch (after Redis went back in time) starts new keys, which start from the
+    /// durable mark, above every value issued before.
+    pub fn counter(&self, scope: &str, epoch: i64) -> (String, String) {
         (
-            format!("{}:ctr:{{{}}}:value", self.ns, scope),
-            format!("{}:ctr:{{{}}}:ceiling", self.ns, scope),
+            format!("{}:ctr:{{{}}}:e{}:value", self.ns, scope, epoch),
+            format!("{}:ctr:{{{}}}:e{}:ceiling", self.ns, scope, epoch),
         )
     }
 
-    /// A distributed lock's hash and its fencing counter (one hash tag per lock).
-    pub fn lock(&self, name: &str) -> (String, String) {
-        (
-            format!("{}:lock:{{{}}}", self.ns, name),
-            format!("{}:lock:{{{}}}:fence", self.ns, name),
-        )
+    /// A distributed lock's hash (one hash tag per lock).
+    pub fn lock(&self, name: &str) -> String {
+        format!("{}:lock:{{{}}}", self.ns, name)
+    }
+
+    /// The counter of a lock's grants in one Redis epoch (same hash tag as the lock).
+    pub fn lock_fence(&self, name: &str, epoch: i64) -> String {
+        format!("{}:lock:{{{}}}:fence:e{}", self.ns, name, epoch)
     }
 
     /// Pub/sub channel on which a release wakes the lock's waiters (payload: name).
@@ -122,7 +149,7 @@ mod tests {
     #[test]
     fn voucher_keys_share_one_hash_tag() {
         let k = Keys::new("ns");
-        for key in [k.stock(7), k.buyers(7), k.orders(7), k.outbox(7)] {
+        for key in [k.stock(7), k.buyers(7), k.orders(7), k.outbox(7), k.topups(7)] {
             assert!(key.starts_with("ns:{v7}:"), "{key}");
         }
         assert_ne!(k.stock(7), k.stock(70));

@@ -10,16 +10,21 @@
 //!   Postgres in one transaction per batch, idempotently.
 //!
 //! Around it: [`config`] (typed settings), [`app`] (wiring and background tasks),
-//! [`http`] (error body, auth, health), [`voucher`] (admin and public routes, cache),
+//! [`http`] (error body and the mapping of domain errors to it, auth, health),
+//! [`id`] (64-bit ids as JSON strings), [`validate`] (request bodies checked field
+//! by field), [`voucher`] (admin and public routes, cache),
 //! [`sequence`] (daily business numbers and the durable counter behind order ids),
-//! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now").
+//! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now")
+//! and [`clock_skew`] (how far it is from Postgres's).
 pub mod app;
-pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod clock;
+pub mod clock_skew;
 pub mod config;
+pub mod epoch;
 pub mod http;
+pub mod id;
 pub mod keys;
 pub mod lock;
 pub mod metrics;
@@ -29,5 +34,6 @@ pub mod redis_conn;
 pub mod sequence;
 pub mod supervise;
 pub mod telemetry;
+pub mod validate;
 pub mod voucher;
 pub mod worker;

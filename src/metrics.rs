@@ -27,6 +27,19 @@ pub struct Metrics {
     /// Messages that were not order batches, dead-lettered at once.
     pub worker_poison: IntCounter,
     pub http_seconds: HistogramVec,
+    /// 1 while this process does not trust the Redis server (a repair is due or
+    /// under way): orders answer 503.
+    pub redis_repairing: IntGauge,
+    /// Repairs this process completed.
+    pub redis_repairs: IntCounter,
+    /// Incidents the worker met: id_collision (an id another order already had),
+    /// number_collision (an order_no already taken), late_conflict (an order in
+    /// flight across a repair whose unit or shopper was sold again), dead_lettered
+    /// (an order message taken from the dead-letter queue: its delivery limit ran out).
+    pub worker_incidents: IntCounterVec,
+    /// Running flash sales whose books did not balance in two consecutive audits
+    /// (see [`crate::voucher::audit`]).
+    pub sales_unbalanced: IntGauge,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -114,6 +127,41 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new("orders_persisted_total", "Orders written by the worker, by result"),
                     &["result"],
+                )
+                .unwrap(),
+            ),
+            redis_repairing: reg(
+                &r,
+                IntGauge::new(
+                    "redis_repairing",
+                    "1 while Redis is not trusted (it may have gone back in time) and orders get 503",
+                )
+                .unwrap(),
+            ),
+            redis_repairs: reg(
+                &r,
+                IntCounter::new(
+                    "redis_repairs_total",
+                    "Sales repairs after Redis went back in time or lost state",
+                )
+                .unwrap(),
+            ),
+            worker_incidents: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "worker_incidents_total",
+                        "Incidents met while persisting orders, by kind",
+                    ),
+                    &["kind"],
+                )
+                .unwrap(),
+            ),
+            sales_unbalanced: reg(
+                &r,
+                IntGauge::new(
+                    "sales_unbalanced",
+                    "Running flash sales whose books (Redis, in flight, Postgres) did not balance in two consecutive audits",
                 )
                 .unwrap(),
             ),

@@ -112,8 +112,8 @@ pub async fn admit(
     let method = req.method().clone();
     let route = crate::metrics::route_label(req.path());
     let metrics = req
-        .app_data::<web::Data<crate::app::AppState>>()
-        .map(|s| s.metrics.clone());
+        .app_data::<web::Data<crate::metrics::Metrics>>()
+        .map(|m| m.clone().into_inner());
     let resp = admit_inner(req, next).await;
     if let (Some(m), Ok(r)) = (metrics, &resp) {
         let status = r.status();

@@ -78,7 +78,7 @@ impl JwtKeys {
     pub fn verify(&self, token: &str) -> Result<Caller, ApiError> {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
             .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
-        let user_id = super::id::parse_str(&data.claims.sub)
+        let user_id = crate::id::parse_str(&data.claims.sub)
             .map_err(|e| ApiError::unauthorized(format!("invalid token: sub {e}")))?;
         let role = match data.claims.role.as_deref() {
             None => Role::Shopper,

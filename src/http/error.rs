@@ -1,10 +1,33 @@
 //! One error type for the HTTP boundary, rendered as the contract's body
 //! `{"error": {"code": "...", "message": "..."}}`. Server-side failures are logged
 //! with their cause and answered without it.
+//!
+//! Domain errors become `ApiError`s here, and only here (the `From` impls at the
+//! end): the status and `code` each one gets is part of the public contract.
+use crate::lock::user::Busy;
+use crate::sequence::RuleError;
+use crate::validate::ValidationError;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::json;
+use serde::Serialize;
 use std::fmt;
+use utoipa::ToSchema;
+
+/// The body of every error: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorDetail<'a>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail<'a> {
+    /// For programs: `validation_failed`, `sold_out`, `unauthorized`, ...
+    #[schema(pattern = "^[a-z][a-z_]*$", example = "sold_out")]
+    pub code: &'a str,
+    /// For people. For `validation_failed` it starts with the field's name:
+    /// `"stock: must be >= 0"`.
+    pub message: &'a str,
+}
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -105,7 +128,29 @@ impl ResponseError for ApiError {
         if let Some(secs) = self.retry_after_secs {
             resp.insert_header((header::RETRY_AFTER, secs.to_string()));
         }
-        resp.json(json!({"error": {"code": self.code, "message": self.message}}))
+        resp.json(ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: &self.message,
+            },
+        })
+    }
+}
+
+impl From<crate::order::place::Refusal> for ApiError {
+    fn from(r: crate::order::place::Refusal) -> Self {
+        use crate::order::place::Refusal;
+        let message = r.to_string();
+        match r {
+            Refusal::VoucherNotFound => ApiError::not_found("voucher_not_found", message),
+            Refusal::NotAFlashSale => ApiError::conflict("not_a_flash_sale", message),
+            Refusal::NotStarted(_) => ApiError::conflict("sale_not_started", message),
+            Refusal::Ended(_) => ApiError::conflict("sale_ended", message),
+            Refusal::SoldOut => ApiError::conflict("sold_out", message),
+            Refusal::AlreadyOrdered => ApiError::conflict("already_ordered", message),
+            Refusal::Unavailable { retry_after_secs, .. } => ApiError::unavailable(message, retry_after_secs),
+            Refusal::Failed(e) => e.into(),
+        }
     }
 }
 
@@ -124,5 +169,29 @@ impl From<sqlx::Error> for ApiError {
 impl From<redis::RedisError> for ApiError {
     fn from(err: redis::RedisError) -> Self {
         Self::internal(err.into())
+    }
+}
+
+/// 400 `validation_failed`; the message starts with the field's name.
+impl From<ValidationError> for ApiError {
+    fn from(err: ValidationError) -> Self {
+        Self::validation(&err.field, err.message)
+    }
+}
+
+/// 400 `validation_failed`; the message starts with the field's name.
+impl From<RuleError> for ApiError {
+    fn from(err: RuleError) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "validation_failed", err.to_string())
+    }
+}
+
+/// 409 `request_in_progress`: the shopper's previous pay or cancel still runs.
+impl From<Busy> for ApiError {
+    fn from(_: Busy) -> Self {
+        Self::conflict(
+            "request_in_progress",
+            "another request of yours is in progress; retry shortly",
+        )
     }
 }

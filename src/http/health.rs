@@ -1,5 +1,7 @@
 //! `GET /health/live` (the process answers) and `GET /health/ready` (Postgres, Redis
 //! and RabbitMQ each answer within a short deadline; a 503 names the ones that do not).
+//! Readiness also tells whether the Redis server is verified (see [`crate::epoch`])
+//! and how durable Redis is: whether an acknowledged order survives a Redis crash.
 use crate::app::AppState;
 use actix_web::{web, HttpResponse};
 use serde_json::json;
@@ -12,7 +14,7 @@ pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answer"), (status = 503, description = "names the dependency that does not", body = crate::http::openapi::ErrorBody)))]
+#[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answer"), (status = 503, description = "names the dependency that does not", body = crate::http::error::ErrorBody)))]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let pg = async {
         sqlx::query("SELECT 1").execute(&state.pg).await?;
@@ -38,6 +40,21 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         }
         checks.insert(name.into(), json!(if ok { "up" } else { "down" }));
     }
+    // Whether the service trusts the Redis server it talks to (orders get 503 while
+    // a repair is due or under way), and what an acknowledged order risks.
+    let redis_state = match state.redis.identity().get() {
+        Some(v) if !v.repairing => json!({"state": "verified", "epoch": v.epoch}),
+        Some(v) => json!({"state": "repairing", "epoch": v.epoch}),
+        None => json!({"state": "unverified"}),
+    };
+    let durability = state
+        .epoch_guard
+        .durability
+        .read()
+        .expect("durability poisoned")
+        .clone();
+    checks.insert("redis_epoch".into(), redis_state);
+    checks.insert("redis_durability".into(), json!(durability));
     if down.is_empty() {
         HttpResponse::Ok().json(json!({"status": "ready", "checks": checks}))
     } else {

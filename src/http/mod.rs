@@ -1,11 +1,18 @@
-//! The HTTP boundary: the contract's error body, authentication, ids as strings,
-//! health checks, and the handlers for malformed requests.
+//! The HTTP boundary: the routes and their handlers (each calls into the domain),
+//! the contract's error body and the mapping of domain errors to it,
+//! authentication, admission control, health checks and the OpenAPI document. The
+//! domain never depends on this module.
 pub mod admission;
 pub mod auth;
 pub mod error;
 pub mod health;
-pub mod id;
+pub mod lifecycle;
 pub mod openapi;
+pub mod orders;
+pub mod path;
 pub mod request_span;
+pub mod responses;
+pub mod sequences;
+pub mod vouchers;
 
 pub use error::ApiError;

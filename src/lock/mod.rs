@@ -15,18 +15,20 @@
 //!   process wakes the local waiters, and a waiter otherwise sleeps until the
 //!   holder's lease would run out.
 pub mod fence;
+mod owner;
 pub mod singleton;
 pub mod user;
 
+pub use owner::{LockGuard, Owner};
+
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use anyhow::{Context, Result};
 use futures::StreamExt;
 use redis::Script;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -56,7 +58,9 @@ pub struct LockService {
     /// default as in Redisson).
     watchdog_lease: Duration,
     /// Background work (watchdogs, the subscription) runs on the main runtime.
-    home: tokio::runtime::Handle,
+    main_runtime: tokio::runtime::Handle,
+    /// Watchdogs and background releases: owned, so that shutdown waits for them.
+    tasks: tokio_util::task::TaskTracker,
     /// Stops the subscription and every watchdog of this process.
     stop: CancellationToken,
     /// Acquire attempts made (each one script call), for tests and metrics.
@@ -64,7 +68,9 @@ pub struct LockService {
 }
 
 impl LockService {
-    /// Starts the release subscription; it stops with `stop`.
+    /// Starts the release subscription as a task of its own (for tools and tests);
+    /// the application spawns [`LockService::follow_releases`] among its owned tasks.
+    /// It stops with `stop`.
     pub fn start(
         redis: Redis,
         keys: Keys,
@@ -72,19 +78,45 @@ impl LockService {
         watchdog_lease: Duration,
         stop: CancellationToken,
     ) -> Arc<Self> {
-        let svc = Arc::new(Self {
+        let svc = Self::new(redis, keys, instance, watchdog_lease, stop.clone());
+        svc.main_runtime.spawn(svc.follow_releases(stop));
+        svc
+    }
+
+    /// The service without its release subscription: run
+    /// [`LockService::follow_releases`] for waiters to be woken by releases.
+    pub fn new(
+        redis: Redis,
+        keys: Keys,
+        instance: &str,
+        watchdog_lease: Duration,
+        stop: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
             redis,
             keys,
             instance: instance.to_owned(),
             waiters: Mutex::new(HashMap::new()),
             watchdog_lease,
-            home: tokio::runtime::Handle::current(),
-            stop: stop.clone(),
+            main_runtime: tokio::runtime::Handle::current(),
+            tasks: tokio_util::task::TaskTracker::new(),
+            stop,
             attempts: Default::default(),
-        });
-        let me = Arc::downgrade(&svc);
-        svc.home.spawn(async move { listen(me, stop).await });
-        svc
+        })
+    }
+
+    /// The watchdogs and background releases of this process's locks.
+    pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
+    }
+
+    /// Wakes this process's waiters when a lock is released anywhere, until `stop`
+    /// (or until the service is dropped).
+    pub fn follow_releases(
+        self: &Arc<Self>,
+        stop: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        listen(Arc::downgrade(self), stop)
     }
 
     /// A new holder identity: give one to each task that takes locks.
@@ -155,186 +187,6 @@ async fn listen(svc: Weak<LockService>, stop: CancellationToken) {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-        }
-    }
-}
-
-/// One holder identity. Cheap to clone; clones are the same owner (reentrancy).
-#[derive(Clone)]
-pub struct Owner {
-    svc: Arc<LockService>,
-    id: String,
-}
-
-/// A held lock. Release it with [`LockGuard::release`]; a guard dropped without it
-/// is released in the background.
-pub struct LockGuard {
-    owner: Owner,
-    name: String,
-    /// This grant's fencing token.
-    pub fence: i64,
-    watchdog: Option<CancellationToken>,
-    lost: Arc<AtomicBool>,
-    released: bool,
-}
-
-impl Owner {
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Waits until the lock is granted; a watchdog keeps it.
-    pub async fn lock(&self, name: &str) -> Result<LockGuard> {
-        loop {
-            if let Some(g) = self.try_lock(name, Duration::from_secs(3600), None).await? {
-                return Ok(g);
-            }
-        }
-    }
-
-    /// Waits at most `wait`. With `lease` the lock expires after it unless released;
-    /// without, a watchdog renews it every third of the service's watchdog lease.
-    pub async fn try_lock(&self, name: &str, wait: Duration, lease: Option<Duration>) -> Result<Option<LockGuard>> {
-        let deadline = Instant::now() + wait;
-        let lease_ms = lease.unwrap_or(self.svc.watchdog_lease).as_millis().max(1) as u64;
-        let notify = self.svc.waiter(name);
-        loop {
-            // Registered before the attempt, so a release between the attempt and the
-            // wait still wakes us.
-            let woken = notify.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            match self.attempt(name, lease_ms).await? {
-                Ok(fence) => {
-                    let lost = Arc::new(AtomicBool::new(false));
-                    let watchdog = lease.is_none().then(|| self.watchdog(name, lease_ms, lost.clone()));
-                    return Ok(Some(LockGuard {
-                        owner: self.clone(),
-                        name: name.to_owned(),
-                        fence,
-                        watchdog,
-                        lost,
-                        released: false,
-                    }));
-                }
-                Err(pttl) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(None);
-                    }
-                    let holder_left = Duration::from_millis(pttl.max(1) as u64);
-                    let nap = left.min(holder_left).min(MAX_NAP);
-                    let _ = tokio::time::timeout(nap, woken).await;
-                }
-            }
-        }
-    }
-
-    /// One script call: Ok(fence) if granted, Err(pttl) if held by another.
-    async fn attempt(&self, name: &str, lease_ms: u64) -> Result<Result<i64, i64>> {
-        let (lock, fence) = self.svc.keys.lock(name);
-        self.svc.attempts.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.svc.redis.conn().await?;
-        let (granted, n): (i64, i64) = ACQUIRE
-            .key(lock)
-            .key(fence)
-            .arg(&self.id)
-            .arg(lease_ms)
-            .invoke_async(&mut conn)
-            .await
-            .context("lock_acquire.lua")?;
-        Ok(if granted == 1 { Ok(n) } else { Err(n) })
-    }
-
-    fn watchdog(&self, name: &str, lease_ms: u64, lost: Arc<AtomicBool>) -> CancellationToken {
-        // A child of the process's token: a process that stops (or dies) stops renewing.
-        let stop = self.svc.stop.child_token();
-        let (owner, name, stop2) = (self.clone(), name.to_owned(), stop.clone());
-        self.svc.home.spawn(async move {
-            let every = Duration::from_millis(lease_ms / 3);
-            loop {
-                tokio::select! {
-                    _ = stop2.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                match owner.renew(&name, lease_ms).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::error!(lock = %name, "lock lost before release (lease ran out); stopping its watchdog");
-                        lost.store(true, Ordering::Release);
-                        return;
-                    }
-                    // Redis unreachable: keep trying; the lease may still be saved.
-                    Err(e) => tracing::warn!(lock = %name, error = %format!("{e:#}"), "renewing a lock failed"),
-                }
-            }
-        });
-        stop
-    }
-
-    async fn renew(&self, name: &str, lease_ms: u64) -> Result<bool> {
-        let (lock, _) = self.svc.keys.lock(name);
-        let mut conn = self.svc.redis.conn().await?;
-        let renewed: i64 = RENEW
-            .key(lock)
-            .arg(&self.id)
-            .arg(lease_ms)
-            .invoke_async(&mut conn)
-            .await
-            .context("lock_renew.lua")?;
-        Ok(renewed == 1)
-    }
-
-    /// Releases one hold of `name` as this owner.
-    pub async fn unlock(&self, name: &str) -> Result<std::result::Result<i64, ReleaseError>> {
-        let (lock, _) = self.svc.keys.lock(name);
-        let mut conn = self.svc.redis.conn().await?;
-        let left: i64 = RELEASE
-            .key(lock)
-            .arg(&self.id)
-            .arg(self.svc.keys.lock_released())
-            .arg(name)
-            .invoke_async(&mut conn)
-            .await
-            .context("lock_release.lua")?;
-        Ok(match left {
-            -1 => Err(ReleaseError::Expired),
-            -2 => Err(ReleaseError::NotOwner),
-            n => Ok(n),
-        })
-    }
-}
-
-impl LockGuard {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// True once the watchdog found the lock gone (only for watchdog-kept locks).
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
-    }
-
-    /// Releases this hold. Reports a lease that ran out or a lock taken by another.
-    pub async fn release(mut self) -> Result<std::result::Result<(), ReleaseError>> {
-        self.released = true;
-        if let Some(w) = self.watchdog.take() {
-            w.cancel();
-        }
-        Ok(self.owner.unlock(&self.name).await?.map(|_| ()))
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(w) = self.watchdog.take() {
-            w.cancel();
-        }
-        if !self.released {
-            let (owner, name) = (self.owner.clone(), self.name.clone());
-            self.owner.svc.home.spawn(async move {
-                let _ = owner.unlock(&name).await;
-            });
         }
     }
 }

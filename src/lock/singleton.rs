@@ -1,7 +1,7 @@
-//! Background jobs that must run on one instance at a time (outbox reclaim,
-//! reconciliation, timeout recovery): the job runs while its instance holds a
-//! watchdog-kept lock; when that instance dies, the lease runs out and another
-//! instance takes over within one lease.
+//! Background jobs that must run on one instance at a time (today `order-recovery`:
+//! unfinished stock returns and top-ups, unpaid orders whose timeout was lost): the
+//! job runs while its instance holds a watchdog-kept lock; when that instance dies,
+//! the lease runs out and another instance takes over within one lease.
 use super::LockService;
 use std::future::Future;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Order ids: a positive 63-bit number, seconds since [`EPOCH_SECS`] in the high
-//! bits and a per-day counter in the low 32 bits (the seeds' `RedisIdWorker`).
+//! bits and a per-day counter in the low 32 bits (the usual Redis ID worker).
 //!
 //! The counter comes from a [`DurableCounter`] whose scope is the UTC day, taken in
 //! blocks so that the hot path rarely calls Redis: one call per `block` ids, made in
@@ -77,7 +77,9 @@ pub struct IdWorker {
     block: u64,
     blocks: Mutex<Blocks>,
     /// Background fetches run here, never on an HTTP worker's runtime.
-    home: tokio::runtime::Handle,
+    main_runtime: tokio::runtime::Handle,
+    /// The background fetches: owned, so that shutdown waits for them.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl IdWorker {
@@ -87,8 +89,14 @@ impl IdWorker {
             clock,
             block: block.max(1) as u64,
             blocks: Mutex::new(Blocks::default()),
-            home: tokio::runtime::Handle::current(),
+            main_runtime: tokio::runtime::Handle::current(),
+            tasks: tokio_util::task::TaskTracker::new(),
         })
+    }
+
+    /// The background block fetches in progress.
+    pub fn tasks(&self) -> &tokio_util::task::TaskTracker {
+        &self.tasks
     }
 
     /// Fetches today's first block so that the first orders need no round trip.
@@ -112,7 +120,8 @@ impl IdWorker {
                     if let Some(want) = blocks.wanted(day, now.timestamp().rem_euclid(DAY_SECS)) {
                         blocks.refilling = true;
                         let me = Arc::clone(self);
-                        self.home.spawn(async move { me.refill(want).await });
+                        self.tasks
+                            .spawn_on(async move { me.refill(want).await }, &self.main_runtime);
                     }
                 }
                 v

@@ -7,12 +7,22 @@
 //! (`lua/stock_return.lua`, idempotent per order) puts the unit back on sale,
 //! removes the shopper's mark and every instance's sold-out flag is cleared. A crash
 //! between the two is finished by [`Lifecycle::recover_returns`].
+//!
+//! Lock order: a transaction that writes both a voucher's row and order rows locks
+//! the voucher row first (several vouchers in ascending id), then the order rows, as
+//! the worker's batch transaction does (`worker::persist`). The other order closes a
+//! cycle: a cancellation holding an order row and waiting for the voucher row, the
+//! worker holding the voucher row and re-inserting that order (a redelivered batch;
+//! `ON CONFLICT` waits for the transaction that changed the row). Postgres then
+//! aborts one of them with "deadlock detected". Here only [`Lifecycle::cancel_in_pg`]
+//! writes both; [`Lifecycle::sweep_unpaid`] and the payment timeout cancel through
+//! it, one order per transaction, and [`Lifecycle::recover_returns`] and
+//! [`Lifecycle::pay`] write one row per statement.
 use super::model::{Order, ORDER_COLUMNS};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use crate::voucher::stock::{self, Event};
 use anyhow::{Context, Result};
-use chrono::{DateTime, Utc};
 use redis::Script;
 use sqlx::PgPool;
 use std::sync::LazyLock;
@@ -62,12 +72,27 @@ impl Lifecycle {
 
     /// The Postgres half of a cancellation: status, stock +1 and a pending return,
     /// in one transaction. None if the order is not `created` (or not the owner's).
+    ///
+    /// Locks in the worker's order (see the module doc): the voucher row first, then
+    /// the order row.
     pub async fn cancel_in_pg(&self, order_id: i64, by: Canceller) -> Result<Option<(Order, StockReturn)>> {
         let mut tx = self.pg.begin().await?;
         let owner = match by {
             Canceller::Owner(u) => Some(u),
             Canceller::Timeout => None,
         };
+        // An order's voucher never changes: reading it unlocked is enough to find
+        // the row to lock. No row (no such order) locks nothing; the update below
+        // then finds nothing either.
+        sqlx::query(
+            "SELECT stock FROM seckill_vouchers
+              WHERE voucher_id = (SELECT voucher_id FROM voucher_orders WHERE id = $1)
+                FOR UPDATE",
+        )
+        .bind(order_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .context("locking the order's voucher")?;
         let order: Option<Order> = sqlx::query_as(&format!(
             "UPDATE voucher_orders SET status = 'cancelled', cancelled_at = now()
               WHERE id = $1 AND status = 'created' AND ($2::bigint IS NULL OR user_id = $2)
@@ -164,13 +189,27 @@ impl Lifecycle {
         Ok(done)
     }
 
-    /// Backstop for lost timeout messages: cancels orders still `created` longer
-    /// than `window` ago. Returns how many.
-    pub async fn sweep_unpaid(&self, before: DateTime<Utc>) -> Result<usize> {
+    /// Finishes stock top-ups a crash or an outage interrupted (older than
+    /// `min_age`; see [`crate::voucher::topup`]). Returns how many.
+    pub async fn recover_topups(&self, min_age: Duration) -> Result<usize> {
+        crate::voucher::topup::recover(&self.pg, &self.redis, &self.keys, min_age).await
+    }
+
+    /// Backstop for lost timeout messages: cancels orders still `created` that
+    /// were persisted longer than `age` ago. Returns how many.
+    ///
+    /// Postgres's clock alone judges the age (`persisted_at` is its `now()` at the
+    /// insert, compared with its `now()`), as RabbitMQ's judges the payment timeout
+    /// (a relative TTL from the moment the worker committed). `created_at` comes
+    /// from the clock of the instance that admitted the order: one running minutes
+    /// behind would have its orders cancelled as soon as they were stored.
+    pub async fn sweep_unpaid(&self, age: Duration) -> Result<usize> {
         let stale: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM voucher_orders WHERE status = 'created' AND created_at < $1 ORDER BY created_at LIMIT 1000",
+            "SELECT id FROM voucher_orders
+              WHERE status = 'created' AND persisted_at < now() - make_interval(secs => $1)
+              ORDER BY persisted_at LIMIT 1000",
         )
-        .bind(before)
+        .bind(age.as_secs_f64())
         .fetch_all(&self.pg)
         .await
         .context("finding unpaid orders")?;

@@ -2,6 +2,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
+use utoipa::ToSchema;
 
 /// One accepted order in flight from the outbox to Postgres.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -11,6 +14,11 @@ pub struct OrderMsg {
     pub voucher_id: i64,
     /// Milliseconds since the Unix epoch when Redis admitted it.
     pub created_ms: i64,
+    /// The Redis epoch the relay read it in ([`crate::epoch`]); 0 in messages of
+    /// older versions. An order older than the current epoch was in flight across a
+    /// repair.
+    #[serde(default)]
+    pub epoch: i64,
 }
 
 /// The body of one RabbitMQ message: a batch of orders.
@@ -19,23 +27,72 @@ pub struct OrderBatch {
     pub orders: Vec<OrderMsg>,
 }
 
-/// The order view of the API.
-#[derive(Clone, Debug, Serialize, FromRow, PartialEq, Eq)]
+/// An order, as the API shows it.
+#[derive(Clone, Debug, Serialize, FromRow, PartialEq, Eq, ToSchema)]
 pub struct Order {
-    #[serde(rename = "order_id", with = "crate::http::id")]
+    #[serde(rename = "order_id", with = "crate::id")]
     #[sqlx(rename = "id")]
+    #[schema(schema_with = crate::id::schema)]
     pub id: i64,
+    /// The business number (rule `order`); null until the order is persisted.
+    #[schema(required = true, example = "SK202611220001")]
     pub order_no: Option<String>,
-    #[serde(with = "crate::http::id")]
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
     pub voucher_id: i64,
-    #[serde(with = "crate::http::id")]
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
     pub user_id: i64,
+    #[schema(schema_with = status_schema)]
     pub status: String,
     pub created_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paid_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// An order's status: one of [`STATUSES`].
+fn status_schema() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(STATUSES))
+        .description(Some(
+            "pending: accepted, not yet in Postgres; created: awaiting payment; paid; \
+             cancelled (by its owner or at the end of the payment window; its unit is back on sale); \
+             failed: refused by the database's final check",
+        ))
+        .into()
+}
+
+/// Every status an order can have.
+const STATUSES: [&str; 5] = ["pending", "created", "paid", "cancelled", "failed"];
+
+/// `202` to `POST /api/v1/vouchers/{id}/orders`: Redis admitted the order; the
+/// worker persists it (`status` then becomes `created`).
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, ToSchema)]
+pub struct Accepted {
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
+    pub order_id: i64,
+    #[schema(schema_with = pending_schema)]
+    pub status: &'static str,
+}
+
+impl Accepted {
+    pub fn new(order_id: i64) -> Self {
+        Self {
+            order_id,
+            status: "pending",
+        }
+    }
+}
+
+fn pending_schema() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(["pending"]))
+        .into()
 }
 
 impl Order {

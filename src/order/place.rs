@@ -1,20 +1,180 @@
-//! `POST /api/v1/vouchers/{id}/orders`: the hot path.
+//! Placing an order: the hot path.
 //!
 //! No Postgres: the voucher and its sale window come from the in-process cache. One
 //! Redis round trip: `lua/reserve.lua` (EVALSHA) admits or refuses the order and, when
 //! it admits it, has already put it in the voucher's outbox. The order id comes
 //! from the ID worker's in-memory block.
-use crate::app::AppState;
-use crate::http::auth::Caller;
-use crate::http::ApiError;
-use crate::voucher::routes::path_id;
-use actix_web::{web, HttpResponse};
+use super::id_worker::IdWorker;
+use crate::clock::Clock;
+use crate::clock_skew::ClockSkew;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
+use crate::voucher::cache::VoucherCache;
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use redis::Script;
-use serde_json::json;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
+
+/// Why an order was not placed. Every refusal but `Failed` is an answer to the
+/// shopper; `Unavailable` ones are worth retrying (the order may not exist yet).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("no voucher with this id")]
+    VoucherNotFound,
+    #[error("this voucher is not sold in a flash sale")]
+    NotAFlashSale,
+    #[error("the sale starts at {}", .0.to_rfc3339())]
+    NotStarted(DateTime<Utc>),
+    #[error("the sale ended at {}", .0.to_rfc3339())]
+    Ended(DateTime<Utc>),
+    #[error("this sale is sold out")]
+    SoldOut,
+    #[error("you already have an order for this voucher")]
+    AlreadyOrdered,
+    /// Try again after `retry_after_secs`.
+    #[error("{message}")]
+    Unavailable {
+        message: &'static str,
+        retry_after_secs: u64,
+    },
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+impl Refusal {
+    /// The label of `seckill_order_requests_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Refusal::VoucherNotFound => "not_found",
+            Refusal::NotAFlashSale => "not_a_flash_sale",
+            Refusal::NotStarted(_) => "not_started",
+            Refusal::Ended(_) => "ended",
+            Refusal::SoldOut => "sold_out",
+            Refusal::AlreadyOrdered => "already_ordered",
+            Refusal::Unavailable { .. } => "unavailable",
+            Refusal::Failed(_) => "error",
+        }
+    }
+}
+
+fn unavailable(message: &'static str, retry_after_secs: u64) -> Refusal {
+    Refusal::Unavailable {
+        message,
+        retry_after_secs,
+    }
+}
+
+/// What placing an order needs.
+#[derive(Clone)]
+pub struct OrderDesk {
+    pub cache: Arc<VoucherCache>,
+    pub ids: Arc<IdWorker>,
+    pub redis: Redis,
+    pub keys: Keys,
+    pub clock: Clock,
+    pub clock_skew: Arc<ClockSkew>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl OrderDesk {
+    /// Places `user_id`'s order for `voucher_id`; returns the new order's id.
+    pub async fn place(&self, voucher_id: i64, user_id: i64) -> Result<i64, Refusal> {
+        let entry = self.cache.get(voucher_id).ok_or(Refusal::VoucherNotFound)?;
+        let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
+        if self.clock_skew.refusing() {
+            // Too far from Postgres's clock to judge the sale window: other instances sell.
+            return Err(unavailable(
+                "this server's clock is off; try again",
+                crate::clock_skew::RETRY_AFTER_SECS,
+            ));
+        }
+        let now = self.clock.now();
+        if now < flash.begin_at {
+            return Err(Refusal::NotStarted(flash.begin_at));
+        }
+        if now >= flash.end_at {
+            return Err(Refusal::Ended(flash.end_at));
+        }
+        let (known_sold_out, seen) = entry.read_sold_out_flag();
+        if known_sold_out {
+            return Err(Refusal::SoldOut);
+        }
+        if !self.redis.identity().get().is_some_and(|v| !v.repairing) {
+            // Redis may have gone back in time: no id, no order until it is repaired.
+            return Err(unavailable(
+                "this sale is temporarily unavailable while its state is checked",
+                1,
+            ));
+        }
+        let order_id = self.ids.next_id().await.map_err(|e| {
+            tracing::warn!(error = %format!("{e:#}"), "no order id");
+            unavailable("no order id can be issued right now", 1)
+        })?;
+        match self
+            .reserve(voucher_id, user_id, order_id, now.timestamp_millis())
+            .await?
+        {
+            Reservation::Accepted { .. } => {
+                entry.in_stock(seen);
+                Ok(order_id)
+            }
+            Reservation::SoldOut => {
+                entry.mark_sold_out(seen);
+                Err(Refusal::SoldOut)
+            }
+            Reservation::AlreadyOrdered => Err(Refusal::AlreadyOrdered),
+            Reservation::NotLoaded => {
+                tracing::error!(
+                    voucher_id,
+                    "flash-sale stock missing in Redis; refusing orders until it is rebuilt"
+                );
+                self.redis.identity().distrust();
+                Err(unavailable("this sale is temporarily unavailable", 2))
+            }
+            Reservation::Unverified => Err(unavailable(
+                "this sale is temporarily unavailable while its state is checked",
+                1,
+            )),
+        }
+    }
+
+    /// Runs the script once.
+    pub async fn reserve(
+        &self,
+        voucher_id: i64,
+        user_id: i64,
+        order_id: i64,
+        created_ms: i64,
+    ) -> anyhow::Result<Reservation> {
+        let k = &self.keys;
+        let Some((mut conn, _epoch)) = self.redis.verified().await? else {
+            return Ok(Reservation::Unverified);
+        };
+        let _timer = self.metrics.reserve_seconds.start_timer();
+        let code: i64 = RESERVE
+            .key(k.stock(voucher_id))
+            .key(k.buyers(voucher_id))
+            .key(k.orders(voucher_id))
+            .key(k.outbox(voucher_id))
+            .arg(user_id)
+            .arg(order_id)
+            .arg(created_ms)
+            .arg(voucher_id)
+            .invoke_async(&mut conn)
+            .await
+            .context("reserve.lua")?;
+        Ok(match code {
+            n if n >= 0 => Reservation::Accepted { stock_left: n },
+            -1 => Reservation::SoldOut,
+            -2 => Reservation::AlreadyOrdered,
+            -3 => Reservation::NotLoaded,
+            other => anyhow::bail!("reserve.lua returned unknown code {other}"),
+        })
+    }
+}
 
 /// What `reserve.lua` decided.
 #[derive(Debug, PartialEq, Eq)]
@@ -26,121 +186,7 @@ pub enum Reservation {
     AlreadyOrdered,
     /// Redis has no stock for the voucher (it lost it): refuse, never sell from nothing.
     NotLoaded,
-}
-
-/// Runs the script once.
-pub async fn reserve(
-    state: &AppState,
-    voucher_id: i64,
-    user_id: i64,
-    order_id: i64,
-    created_ms: i64,
-) -> anyhow::Result<Reservation> {
-    let k = &state.keys;
-    let mut conn = state.redis.conn().await?;
-    let _timer = state.metrics.reserve_seconds.start_timer();
-    let code: i64 = RESERVE
-        .key(k.stock(voucher_id))
-        .key(k.buyers(voucher_id))
-        .key(k.orders(voucher_id))
-        .key(k.outbox(voucher_id))
-        .arg(user_id)
-        .arg(order_id)
-        .arg(created_ms)
-        .arg(voucher_id)
-        .invoke_async(&mut conn)
-        .await
-        .context("reserve.lua")?;
-    Ok(match code {
-        n if n >= 0 => Reservation::Accepted { stock_left: n },
-        -1 => Reservation::SoldOut,
-        -2 => Reservation::AlreadyOrdered,
-        -3 => Reservation::NotLoaded,
-        other => anyhow::bail!("reserve.lua returned unknown code {other}"),
-    })
-}
-
-fn sold_out() -> ApiError {
-    ApiError::conflict("sold_out", "this sale is sold out")
-}
-
-/// The metrics label of a handler result.
-fn outcome(result: &Result<HttpResponse, ApiError>) -> &'static str {
-    match result {
-        Ok(_) => "accepted",
-        Err(e) => match e.code {
-            "sale_not_started" => "not_started",
-            "sale_ended" => "ended",
-            "voucher_not_found" => "not_found",
-            "sold_out" | "already_ordered" | "rate_limited" | "unavailable" | "not_a_flash_sale" => e.code,
-            _ => "error",
-        },
-    }
-}
-
-#[utoipa::path(post, path = "/api/v1/vouchers/{id}/orders", tag = "orders", security(("bearer" = [])), params(("id" = String, Path, description = "voucher id")), responses((status = 202, body = crate::http::openapi::Accepted), (status = 400, description = "validation_failed / invalid_json", body = crate::http::openapi::ErrorBody), (status = 401, description = "unauthorized", body = crate::http::openapi::ErrorBody), (status = 404, description = "voucher_not_found", body = crate::http::openapi::ErrorBody), (status = 409, description = "not_a_flash_sale, sale_not_started, sale_ended, sold_out, already_ordered", body = crate::http::openapi::ErrorBody), (status = 429, description = "rate_limited (Retry-After)", body = crate::http::openapi::ErrorBody), (status = 503, description = "unavailable (Retry-After)", body = crate::http::openapi::ErrorBody)))]
-#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
-pub async fn place(
-    req: actix_web::HttpRequest,
-    state: web::Data<AppState>,
-    caller: Caller,
-    path: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    use actix_web::HttpMessage;
-    req.extensions_mut().insert(crate::http::admission::HandlerRan);
-    let result = place_inner(&state, caller, &path).await;
-    state.metrics.order(outcome(&result));
-    result
-}
-
-async fn place_inner(state: &AppState, caller: Caller, path: &str) -> Result<HttpResponse, ApiError> {
-    let voucher_id = path_id(path)?;
-    state.admission.check_user(caller.user_id)?;
-    let entry = state
-        .cache
-        .get(voucher_id)
-        .ok_or_else(|| ApiError::not_found("voucher_not_found", "no voucher with this id"))?;
-    let flash = entry
-        .voucher
-        .flash
-        .as_ref()
-        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "this voucher is not sold in a flash sale"))?;
-    let now = state.clock.now();
-    if now < flash.begin_at {
-        return Err(ApiError::conflict(
-            "sale_not_started",
-            format!("the sale starts at {}", flash.begin_at.to_rfc3339()),
-        ));
-    }
-    if now >= flash.end_at {
-        return Err(ApiError::conflict(
-            "sale_ended",
-            format!("the sale ended at {}", flash.end_at.to_rfc3339()),
-        ));
-    }
-    let (known_sold_out, seen) = entry.observe();
-    if known_sold_out {
-        return Err(sold_out());
-    }
-    let order_id = state.ids.next_id().await?;
-    match reserve(state, voucher_id, caller.user_id, order_id, now.timestamp_millis()).await? {
-        Reservation::Accepted { .. } => {
-            Ok(HttpResponse::Accepted().json(json!({"order_id": order_id.to_string(), "status": "pending"})))
-        }
-        Reservation::SoldOut => {
-            entry.mark_sold_out(seen);
-            Err(sold_out())
-        }
-        Reservation::AlreadyOrdered => Err(ApiError::conflict(
-            "already_ordered",
-            "you already have an order for this voucher",
-        )),
-        Reservation::NotLoaded => {
-            tracing::error!(
-                voucher_id,
-                "flash-sale stock missing in Redis; refusing orders until it is rebuilt"
-            );
-            Err(ApiError::unavailable("this sale is temporarily unavailable", 2))
-        }
-    }
+    /// The Redis server is not verified (it may have gone back in time, and the
+    /// sales are being repaired): refuse, never sell from a state that went back.
+    Unverified,
 }

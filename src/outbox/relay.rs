@@ -1,5 +1,7 @@
 //! One relay: [`Relay::step`] does one read-publish-acknowledge round; [`Relay::run`]
 //! loops it and reconnects to RabbitMQ after failures.
+mod claim;
+
 use crate::broker::{publish_confirmed, Broker, ORDERS_ROUTING_KEY};
 use crate::config::Settings;
 use crate::keys::{Keys, RELAY_GROUP};
@@ -28,7 +30,12 @@ pub struct Relay {
     claim_idle: Duration,
     confirm_timeout: Duration,
     metrics: Arc<crate::metrics::Metrics>,
+    /// The registry of outboxes in Redis (`<ns>:outboxes`) as last read, and when.
+    registry: std::sync::Mutex<(Option<Instant>, Vec<i64>)>,
 }
+
+/// How often the relay re-reads the registry of outboxes.
+const REGISTRY_EVERY: Duration = Duration::from_secs(2);
 
 /// Which entries a step reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +68,7 @@ impl Relay {
             claim_idle: settings.relay_claim_idle,
             confirm_timeout: timeout.max(Duration::from_secs(5)),
             metrics,
+            registry: Default::default(),
         }
     }
 
@@ -90,7 +98,7 @@ impl Relay {
             if read == Read::OwnPending && n == 0 {
                 read = Read::New;
             }
-            if n == 0 && self.cache.flash_sales().is_empty() {
+            if n == 0 && self.vouchers().await.is_empty() {
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_millis(BLOCK_MS)) => {}
@@ -105,19 +113,20 @@ impl Relay {
     /// wait for the broker's confirm, then XACK and XDEL them. Returns how many
     /// orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
-        let streams: Vec<String> = self
-            .cache
-            .flash_sales()
-            .iter()
-            .map(|e| self.keys.outbox(e.voucher.id))
-            .collect();
+        let streams: Vec<String> = self.vouchers().await.into_iter().map(|v| self.keys.outbox(v)).collect();
         if streams.is_empty() {
             return Ok(0);
         }
-        let reply = match self.read(&streams, read).await {
+        // Only from a server whose state Postgres vouches for: while a repair is due
+        // or under way the outboxes stay as they are, for the repair to read.
+        let Some((mut conn, epoch)) = self.redis.verified().await? else {
+            tokio::time::sleep(Duration::from_millis(BLOCK_MS)).await;
+            return Ok(0);
+        };
+        let reply = match self.read(&mut conn, &streams, read).await {
             Err(e) if e.code() == Some("NOGROUP") => {
                 self.ensure_groups(&streams).await?;
-                self.read(&streams, read).await?
+                self.read(&mut conn, &streams, read).await?
             }
             other => other.context("XREADGROUP on the outboxes")?,
         };
@@ -126,7 +135,7 @@ impl Relay {
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
         for stream in reply.keys {
             for entry in stream.ids {
-                match parse_entry(&entry) {
+                match parse_entry(&entry, epoch) {
                     Some(o) => orders.push(o),
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
@@ -158,7 +167,12 @@ impl Relay {
         Ok(orders.len())
     }
 
-    async fn read(&self, streams: &[String], read: Read) -> redis::RedisResult<Option<StreamReadReply>> {
+    async fn read(
+        &self,
+        conn: &mut crate::redis_conn::Conn,
+        streams: &[String],
+        read: Read,
+    ) -> redis::RedisResult<Option<StreamReadReply>> {
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(RELAY_GROUP)
@@ -173,8 +187,7 @@ impl Relay {
         for _ in streams {
             cmd.arg(id);
         }
-        let mut conn = self.redis.conn().await?;
-        cmd.query_async(&mut conn).await
+        cmd.query_async(conn).await
     }
 
     async fn publish(&self, channel: &Channel, orders: &[OrderMsg]) -> Result<()> {
@@ -209,67 +222,47 @@ impl Relay {
         Ok(())
     }
 
-    /// Takes over entries other relays left pending longer than the claim timeout.
-    pub async fn claim(&self) -> Result<usize> {
-        let mut claimed = 0;
-        let mut conn = self.redis.conn().await?;
-        for e in self.cache.flash_sales() {
-            let stream = self.keys.outbox(e.voucher.id);
-            let reply: redis::RedisResult<redis::Value> = redis::cmd("XAUTOCLAIM")
-                .arg(&stream)
-                .arg(RELAY_GROUP)
-                .arg(&self.consumer)
-                .arg(self.claim_idle.as_millis() as u64)
-                .arg("0-0")
-                .arg("COUNT")
-                .arg(self.batch)
-                .arg("JUSTID")
-                .query_async(&mut conn)
-                .await;
-            match reply {
-                Ok(redis::Value::Array(parts)) => {
-                    if let Some(redis::Value::Array(ids)) = parts.get(1) {
-                        claimed += ids.len();
-                    }
+    /// The vouchers whose outboxes this relay reads: the flash sales in the voucher
+    /// cache and those in Redis's registry of outboxes, so that orders keep flowing
+    /// even while the cache is empty (Postgres unreachable since start-up).
+    async fn vouchers(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.cache.flash_sales().iter().map(|e| e.voucher.id).collect();
+        let stale = {
+            let registry = self.registry.lock().expect("registry poisoned");
+            ids.extend(registry.1.iter().copied());
+            !registry.0.is_some_and(|at| at.elapsed() < REGISTRY_EVERY)
+        };
+        if stale {
+            let read: redis::RedisResult<Vec<i64>> = async {
+                let mut conn = self.redis.conn().await?;
+                redis::cmd("SMEMBERS")
+                    .arg(self.keys.outboxes())
+                    .query_async(&mut conn)
+                    .await
+            }
+            .await;
+            let mut registry = self.registry.lock().expect("registry poisoned");
+            registry.0 = Some(Instant::now());
+            match read {
+                Ok(listed) => {
+                    ids.extend(listed.iter().copied());
+                    registry.1 = listed;
                 }
-                Ok(_) => {}
-                Err(err) if err.code() == Some("NOGROUP") => self.ensure_groups(std::slice::from_ref(&stream)).await?,
-                Err(err) => return Err(err).context("XAUTOCLAIM"),
+                Err(e) => tracing::debug!(error = %e, "reading the registry of outboxes failed"),
             }
         }
-        if claimed > 0 {
-            tracing::info!(claimed, "took over outbox entries left pending by another relay");
-        }
-        Ok(claimed)
-    }
-
-    /// Creates missing consumer groups (after Redis lost them).
-    async fn ensure_groups(&self, streams: &[String]) -> Result<()> {
-        let mut conn = self.redis.conn().await?;
-        for s in streams {
-            let r: redis::RedisResult<()> = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(s)
-                .arg(RELAY_GROUP)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async(&mut conn)
-                .await;
-            match r {
-                Ok(()) => {}
-                Err(e) if e.code() == Some("BUSYGROUP") => {}
-                Err(e) => return Err(e).context("XGROUP CREATE"),
-            }
-        }
-        Ok(())
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 }
 
-fn parse_entry(entry: &StreamId) -> Option<OrderMsg> {
+pub fn parse_entry(entry: &StreamId, epoch: i64) -> Option<OrderMsg> {
     Some(OrderMsg {
         id: entry.get("o")?,
         user_id: entry.get("u")?,
         voucher_id: entry.get("v")?,
         created_ms: entry.get("t")?,
+        epoch,
     })
 }

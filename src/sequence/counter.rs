@@ -7,10 +7,18 @@
 //! it. When the counter key is missing, it restarts from the durable mark, so every
 //! value issued afterwards is above every value issued before.
 //!
+//! Redis going back in time (a restart from an older snapshot, a failover to a
+//! lagging replica) would bring back an old value *and* its old ceiling, both valid
+//! looking. That is why the keys carry the Redis epoch ([`crate::epoch`]): the
+//! service only uses a server whose epoch Postgres vouches for, and a server that
+//! may have gone back gets a new epoch, so new keys, which start from the durable
+//! mark.
+//!
 //! One window is not covered: an instance reads the durable mark after a loss, and
 //! before it initialises the key another instance initialises it, raises the mark,
-//! issues values, and Redis loses the key *again*; the first instance then
-//! initialises from its stale mark. It takes two losses within one round trip.
+//! issues values, and Redis loses the key *again* (same server, same epoch); the
+//! first instance then initialises from its stale mark. It takes two losses within
+//! one round trip.
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{bail, Context, Result};
@@ -48,13 +56,15 @@ impl DurableCounter {
         if count == 0 {
             bail!("a counter call takes at least one value");
         }
-        let (value_key, ceiling_key) = self.keys.counter(scope);
         let mut floor = String::new();
         // Each round either succeeds or fixes the one thing that stopped it
         // (missing key, low ceiling); more than a few rounds means a fight over the
         // key that we report rather than loop on.
         for _ in 0..6 {
-            let mut conn = self.redis.conn().await?;
+            let Some((mut conn, epoch)) = self.redis.for_counters().await? else {
+                bail!("Redis is not verified yet (it may have gone back in time); no values until it is");
+            };
+            let (value_key, ceiling_key) = self.keys.counter(scope, epoch);
             let (code, n): (i64, i64) = NEXT
                 .key(&value_key)
                 .key(&ceiling_key)
@@ -72,9 +82,9 @@ impl DurableCounter {
                         last,
                     });
                 }
-                -1 => floor = self.durable_mark(scope).await?.to_string(),
+                -1 => floor = self.durable_mark(scope, epoch).await?.to_string(),
                 -2 => {
-                    let mark = self.raise_durable_mark(scope, n as u64 + step).await?;
+                    let mark = self.raise_durable_mark(scope, n as u64 + step, epoch).await?;
                     let _: i64 = RAISE
                         .key(&ceiling_key)
                         .arg(mark)
@@ -89,28 +99,46 @@ impl DurableCounter {
         bail!("counter {scope}: no value after repeated attempts (contention on a lost key?)")
     }
 
-    async fn durable_mark(&self, scope: &str) -> Result<u64> {
-        let high: Option<i64> = sqlx::query_scalar("SELECT high FROM counter_watermarks WHERE scope = $1")
-            .bind(scope)
-            .fetch_optional(&self.pg)
-            .await
-            .context("reading a counter's durable mark")?;
-        Ok(high.unwrap_or(0) as u64)
+    /// The durable mark, to start the keys of `epoch` from. Stamps the mark with
+    /// the epoch first, so that keys of an older epoch can no longer raise it.
+    async fn durable_mark(&self, scope: &str, epoch: i64) -> Result<u64> {
+        let (high, stamped): (i64, i64) = sqlx::query_as(
+            "INSERT INTO counter_watermarks (scope, high, epoch) VALUES ($1, 0, $2)
+             ON CONFLICT (scope) DO UPDATE
+               SET epoch = GREATEST(counter_watermarks.epoch, EXCLUDED.epoch), updated_at = now()
+             RETURNING high, epoch",
+        )
+        .bind(scope)
+        .bind(epoch)
+        .fetch_one(&self.pg)
+        .await
+        .context("reading a counter's durable mark")?;
+        if stamped > epoch {
+            bail!("counter {scope}: Redis epoch {epoch} is behind {stamped}; not issuing from it");
+        }
+        Ok(high as u64)
     }
 
-    /// Raises the mark to at least `to` and returns the mark in force.
-    async fn raise_durable_mark(&self, scope: &str, to: u64) -> Result<u64> {
-        let high: i64 = sqlx::query_scalar(
-            "INSERT INTO counter_watermarks (scope, high) VALUES ($1, $2)
+    /// Raises the mark to at least `to` and returns the mark in force; refused for
+    /// keys of an epoch older than the one that last stamped the mark.
+    async fn raise_durable_mark(&self, scope: &str, to: u64, epoch: i64) -> Result<u64> {
+        let high: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO counter_watermarks (scope, high, epoch) VALUES ($1, $2, $3)
              ON CONFLICT (scope) DO UPDATE
-               SET high = GREATEST(counter_watermarks.high, EXCLUDED.high), updated_at = now()
+               SET high = GREATEST(counter_watermarks.high, EXCLUDED.high),
+                   epoch = EXCLUDED.epoch, updated_at = now()
+               WHERE counter_watermarks.epoch <= EXCLUDED.epoch
              RETURNING high",
         )
         .bind(scope)
         .bind(to as i64)
-        .fetch_one(&self.pg)
+        .bind(epoch)
+        .fetch_optional(&self.pg)
         .await
         .context("raising a counter's durable mark")?;
-        Ok(high as u64)
+        match high {
+            Some(h) => Ok(h as u64),
+            None => bail!("counter {scope}: Redis epoch {epoch} is behind the durable mark's; not issuing from it"),
+        }
     }
 }

@@ -3,13 +3,13 @@
 //!
 //! The counter is a [`counter::DurableCounter`] whose scope names the rule, the
 //! tenant and the local date: a new day is a new key (no expiry racing with an
-//! increment, as in the seeds), and the date in the number and in the key come
-//! from the same instant.
+//! increment, a known way to issue a number twice), and the date in the number and
+//! in the key come from the same instant.
+pub mod body;
 pub mod counter;
-pub mod routes;
 pub mod rule;
 
-pub use rule::Rule;
+pub use rule::{Rule, RuleError};
 
 use crate::clock::Clock;
 use anyhow::{Context, Result};
@@ -38,8 +38,7 @@ impl Sequences {
 
     /// Creates the default `order` rule if it does not exist yet.
     pub async fn ensure_order_rule(&self, tz: chrono_tz::Tz) -> Result<()> {
-        let rule =
-            Rule::parse_parts(ORDER_RULE, "SK", "yyyyMMdd", 4, tz.name()).map_err(|e| anyhow::anyhow!(e.message))?;
+        let rule = Rule::parse_parts(ORDER_RULE, "SK", "yyyyMMdd", 4, tz.name()).context("the default order rule")?;
         rule::insert_if_missing(&self.pg, &rule)
             .await
             .context("creating the default order rule")

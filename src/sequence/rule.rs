@@ -1,16 +1,22 @@
 //! A sequence rule: prefix, date pattern, minimum width, time zone.
-use crate::http::ApiError;
 use chrono::NaiveDate;
 use chrono_tz::Tz;
 use serde::Serialize;
 use sqlx::{PgExecutor, Row};
+use utoipa::ToSchema;
 
-#[derive(Clone, Debug, Serialize)]
+/// A rule, valid (see [`Rule::parse_parts`]).
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct Rule {
+    #[schema(example = "waybill")]
     pub name: String,
+    #[schema(example = "YD")]
     pub prefix: String,
+    #[schema(example = "yyMMdd")]
     pub date_format: String,
+    #[schema(minimum = 1, maximum = 18)]
     pub min_width: u32,
+    #[schema(example = "Asia/Shanghai")]
     pub time_zone: String,
     #[serde(skip)]
     pub tz: Tz,
@@ -18,7 +24,38 @@ pub struct Rule {
     chrono_format: String,
 }
 
-/// Translates `yyyyMMdd`-style patterns (the seeds' Java ones) to chrono's. A pattern
+/// Why a rule is refused. Displayed as `"<field>: <problem>"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("name: must be 1-64 characters of [a-z0-9_-]")]
+    Name,
+    #[error("prefix: must be 1-32 characters")]
+    PrefixLength,
+    #[error("prefix: must not contain spaces or control characters")]
+    PrefixCharacters,
+    /// The pattern is unknown or does not name the day (see [`chrono_format`]).
+    #[error("date_format: {0}")]
+    DateFormat(String),
+    #[error("min_width: must be between 1 and 18")]
+    MinWidth,
+    #[error("time_zone: unknown IANA time zone {0:?}")]
+    TimeZone(String),
+}
+
+impl RuleError {
+    /// The field the rule refused.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::Name => "name",
+            Self::PrefixLength | Self::PrefixCharacters => "prefix",
+            Self::DateFormat(_) => "date_format",
+            Self::MinWidth => "min_width",
+            Self::TimeZone(_) => "time_zone",
+        }
+    }
+}
+
+/// Translates `yyyyMMdd`-style patterns (Java's, as business rules are often written) to chrono's. A pattern
 /// must name the year, month and day: numbers restart every day, so a date without
 /// the day would repeat them.
 pub fn chrono_format(pattern: &str) -> Result<String, String> {
@@ -63,31 +100,28 @@ impl Rule {
         date_format: &str,
         min_width: i64,
         time_zone: &str,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, RuleError> {
         if name.is_empty()
             || name.len() > 64
             || !name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
         {
-            return Err(ApiError::validation("name", "must be 1-64 characters of [a-z0-9_-]"));
+            return Err(RuleError::Name);
         }
         if prefix.is_empty() || prefix.chars().count() > 32 {
-            return Err(ApiError::validation("prefix", "must be 1-32 characters"));
+            return Err(RuleError::PrefixLength);
         }
         if prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(ApiError::validation(
-                "prefix",
-                "must not contain spaces or control characters",
-            ));
+            return Err(RuleError::PrefixCharacters);
         }
-        let chrono_format = chrono_format(date_format).map_err(|e| ApiError::validation("date_format", e))?;
+        let chrono_format = chrono_format(date_format).map_err(RuleError::DateFormat)?;
         if !(1..=18).contains(&min_width) {
-            return Err(ApiError::validation("min_width", "must be between 1 and 18"));
+            return Err(RuleError::MinWidth);
         }
         let tz: Tz = time_zone
             .parse()
-            .map_err(|_| ApiError::validation("time_zone", format!("unknown IANA time zone {time_zone:?}")))?;
+            .map_err(|_| RuleError::TimeZone(time_zone.to_owned()))?;
         Ok(Self {
             name: name.to_owned(),
             prefix: prefix.to_owned(),
@@ -116,7 +150,7 @@ fn from_row(row: sqlx::postgres::PgRow) -> Result<Rule, sqlx::Error> {
     let min_width: i32 = row.try_get("min_width")?;
     let time_zone: String = row.try_get("time_zone")?;
     Rule::parse_parts(&name, &prefix, &date_format, min_width as i64, &time_zone)
-        .map_err(|e| sqlx::Error::Decode(format!("stored rule {name} is invalid: {}", e.message).into()))
+        .map_err(|e| sqlx::Error::Decode(format!("stored rule {name} is invalid: {e}").into()))
 }
 
 pub async fn get(db: impl PgExecutor<'_>, name: &str) -> Result<Option<Rule>, sqlx::Error> {
@@ -181,7 +215,11 @@ mod tests {
 
     #[test]
     fn bad_rules_name_their_field() {
-        let field = |r: Result<Rule, ApiError>| r.unwrap_err().message.split(':').next().unwrap().to_owned();
+        let field = |r: Result<Rule, RuleError>| {
+            let e = r.unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{}: ", e.field())), "{e}");
+            e.field()
+        };
         assert_eq!(field(Rule::parse_parts("a", "", "yyyyMMdd", 4, "UTC")), "prefix");
         assert_eq!(field(Rule::parse_parts("a", "P", "yyyyMMdd", 0, "UTC")), "min_width");
         assert_eq!(field(Rule::parse_parts("a", "P", "yyyyMMdd", 19, "UTC")), "min_width");

@@ -1,11 +1,13 @@
-//! Vouchers: the model and its validation, Postgres queries, the Redis side of a
-//! flash sale (stock and outbox), the in-process cache the order path reads, and
-//! the admin and public routes.
+//! Vouchers: the model and its validation, the views the routes answer, Postgres
+//! queries, the Redis side of a flash sale (stock and outbox), stock top-ups, the
+//! in-process cache the order path reads, the admin and public routes, and the audit
+//! of a sale's books.
+pub mod audit;
 pub mod cache;
 pub mod model;
-pub mod rebuild;
 pub mod repo;
-pub mod routes;
 pub mod stock;
+pub mod topup;
+pub mod view;
 
 pub use model::{FlashSale, NewVoucher, Voucher};

@@ -1,32 +1,52 @@
-//! The voucher, and the validation of a new one with errors that name the field.
-use crate::http::{id, ApiError};
+//! The voucher, and the validation of a new one and of a top-up, with errors that
+//! name the field. The OpenAPI schemas of these types state the same rules.
+use crate::validate::{self, optional, required, text, time, whole, ValidationError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Largest stock one voucher may have.
 pub const MAX_STOCK: i64 = 100_000_000;
+/// Largest price, in cents, a voucher may have.
+pub const MAX_MONEY: i64 = i64::MAX / 2;
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// The flash-sale part of a voucher: its three fields are all present (a flash
+/// sale) or all absent (an ordinary voucher, which cannot be ordered through the
+/// flash-sale endpoint).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
 pub struct FlashSale {
     /// Everything put on sale: the initial stock plus top-ups.
+    #[schema(required = false, minimum = 0, maximum = 100_000_000)]
     pub stock: i32,
+    /// Before `end_at`.
+    #[schema(required = false)]
     pub begin_at: DateTime<Utc>,
+    #[schema(required = false)]
     pub end_at: DateTime<Utc>,
 }
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// A voucher. Money is in cents.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
 pub struct Voucher {
-    #[serde(with = "crate::http::id")]
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
     pub id: i64,
-    #[serde(with = "crate::http::id")]
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
     pub shop_id: i64,
+    #[schema(min_length = 1, max_length = 255)]
     pub title: String,
+    #[schema(required = true, max_length = 255)]
     pub sub_title: Option<String>,
+    #[schema(required = true, max_length = 4096)]
     pub rules: Option<String>,
+    #[schema(minimum = 0)]
     pub pay_value: i64,
+    #[schema(minimum = 0)]
     pub actual_value: i64,
     #[serde(flatten)]
+    #[schema(value_type = FlashSale)]
     pub flash: Option<FlashSale>,
     pub created_at: DateTime<Utc>,
 }
@@ -37,33 +57,41 @@ impl Voucher {
     }
 }
 
-/// A validated `POST /api/v1/admin/vouchers` body.
-#[derive(Clone, Debug)]
+/// A validated `POST /api/v1/admin/vouchers` body. A voucher with `stock`,
+/// `begin_at` and `end_at` is a flash sale; one without them is ordinary.
+#[derive(Clone, Debug, ToSchema)]
 pub struct NewVoucher {
+    #[schema(schema_with = crate::id::input_schema)]
     pub shop_id: i64,
+    /// Not blank.
+    #[schema(min_length = 1, max_length = 255, pattern = "\\S")]
     pub title: String,
+    #[schema(max_length = 255)]
     pub sub_title: Option<String>,
+    #[schema(max_length = 4096)]
     pub rules: Option<String>,
+    #[schema(minimum = 0, maximum = 4_611_686_018_427_387_903_i64)]
     pub pay_value: i64,
+    #[schema(minimum = 0, maximum = 4_611_686_018_427_387_903_i64)]
     pub actual_value: i64,
+    #[serde(flatten)]
+    #[schema(value_type = FlashSale)]
     pub flash: Option<FlashSale>,
 }
 
 impl NewVoucher {
     /// Validates a JSON body field by field; the first problem is reported.
-    pub fn parse(body: &Value) -> Result<Self, ApiError> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| ApiError::validation("body", "must be a JSON object"))?;
-        let shop_id = id::parse_value(required(obj, "shop_id")?).map_err(|e| ApiError::validation("shop_id", e))?;
-        let title = text(obj, "title", 255)?.ok_or_else(|| ApiError::validation("title", "is required"))?;
+    pub fn parse(body: &Value) -> Result<Self, ValidationError> {
+        let obj = validate::object(body)?;
+        let shop_id = validate::id(required(obj, "shop_id")?, "shop_id")?;
+        let title = text(obj, "title", 255)?.ok_or_else(|| ValidationError::new("title", "is required"))?;
         if title.trim().is_empty() {
-            return Err(ApiError::validation("title", "must not be blank"));
+            return Err(ValidationError::new("title", "must not be blank"));
         }
         let sub_title = text(obj, "sub_title", 255)?;
         let rules = text(obj, "rules", 4096)?;
-        let pay_value = money(obj, "pay_value")?;
-        let actual_value = money(obj, "actual_value")?;
+        let pay_value = whole(required(obj, "pay_value")?, "pay_value", 0, MAX_MONEY)?;
+        let actual_value = whole(required(obj, "actual_value")?, "actual_value", 0, MAX_MONEY)?;
         let stock = optional(obj, "stock")
             .map(|v| whole(v, "stock", 0, MAX_STOCK))
             .transpose()?;
@@ -72,16 +100,16 @@ impl NewVoucher {
         let flash = match (stock, begin_at, end_at) {
             (None, None, None) => None,
             (None, _, _) => {
-                return Err(ApiError::validation(
+                return Err(ValidationError::new(
                     "stock",
                     "is required for a flash-sale voucher (begin_at/end_at given)",
                 ))
             }
-            (Some(_), None, _) => return Err(ApiError::validation("begin_at", "is required for a flash-sale voucher")),
-            (Some(_), _, None) => return Err(ApiError::validation("end_at", "is required for a flash-sale voucher")),
+            (Some(_), None, _) => return Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
+            (Some(_), _, None) => return Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
             (Some(stock), Some(begin_at), Some(end_at)) => {
                 if begin_at >= end_at {
-                    return Err(ApiError::validation("end_at", "must be after begin_at"));
+                    return Err(ValidationError::new("end_at", "must be after begin_at"));
                 }
                 Some(FlashSale {
                     stock: stock as i32,
@@ -102,62 +130,25 @@ impl NewVoucher {
     }
 }
 
-fn optional<'a>(obj: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
-    obj.get(field).filter(|v| !v.is_null())
+/// A validated `POST /api/v1/admin/vouchers/{id}/stock` body: units to put on
+/// sale on top of the stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ToSchema)]
+pub struct AddStock {
+    /// The total stock may not exceed 100,000,000.
+    #[schema(minimum = 1, maximum = 100_000_000)]
+    pub add: i32,
 }
 
-fn required<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Value, ApiError> {
-    optional(obj, field).ok_or_else(|| ApiError::validation(field, "is required"))
-}
-
-fn text(obj: &Map<String, Value>, field: &str, max_chars: usize) -> Result<Option<String>, ApiError> {
-    match optional(obj, field) {
-        None => Ok(None),
-        Some(Value::String(s)) if s.chars().count() > max_chars => Err(ApiError::validation(
-            field,
-            format!("must be at most {max_chars} characters"),
-        )),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(ApiError::validation(
-            field,
-            format!("must be a string, got {}", id::kind(other)),
-        )),
+impl AddStock {
+    pub fn parse(body: &Value) -> Result<Self, ValidationError> {
+        let add = body
+            .get("add")
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| ValidationError::new("add", "is required"))?;
+        Ok(Self {
+            add: whole(add, "add", 1, MAX_STOCK)? as i32,
+        })
     }
-}
-
-fn money(obj: &Map<String, Value>, field: &str) -> Result<i64, ApiError> {
-    whole(required(obj, field)?, field, 0, i64::MAX / 2)
-}
-
-/// A whole number in `min..=max`.
-pub fn whole(v: &Value, field: &str, min: i64, max: i64) -> Result<i64, ApiError> {
-    let n = match v {
-        Value::Number(n) => n.as_i64(),
-        _ => {
-            return Err(ApiError::validation(
-                field,
-                format!("must be a whole number, got {}", id::kind(v)),
-            ))
-        }
-    };
-    match n {
-        Some(n) if n < min => Err(ApiError::validation(field, format!("must be >= {min}"))),
-        Some(n) if n > max => Err(ApiError::validation(field, format!("must be <= {max}"))),
-        Some(n) => Ok(n),
-        None => Err(ApiError::validation(
-            field,
-            format!("must be a whole number between {min} and {max}"),
-        )),
-    }
-}
-
-fn time(v: &Value, field: &str) -> Result<DateTime<Utc>, ApiError> {
-    let s = v
-        .as_str()
-        .ok_or_else(|| ApiError::validation(field, "must be an RFC 3339 time with an offset"))?;
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.to_utc())
-        .map_err(|_| ApiError::validation(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))
 }
 
 #[cfg(test)]
@@ -172,8 +163,8 @@ mod tests {
 
     fn field_of(body: Value) -> String {
         let e = NewVoucher::parse(&body).unwrap_err();
-        assert_eq!(e.code, "validation_failed");
-        e.message.split(':').next().unwrap().to_string()
+        assert!(e.to_string().starts_with(&format!("{}: ", e.field)), "{e}");
+        e.field
     }
 
     #[test]

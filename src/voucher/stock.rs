@@ -1,5 +1,5 @@
-//! The Redis side of a flash sale: loading and topping up stock, reading stats, and
-//! telling every instance that a voucher or its stock changed.
+//! The Redis side of a flash sale: loading stock, reading stats, and telling every
+//! instance that a voucher or its stock changed (top-ups: [`super::topup`]).
 use crate::keys::{Keys, RELAY_GROUP};
 use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
@@ -7,7 +7,6 @@ use redis::Script;
 use std::sync::LazyLock;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/voucher_load.lua")));
-static ADD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_add.lua")));
 
 /// Loads stock (if no stock key exists) and makes the outbox consumer group exist.
 pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32) -> Result<bool> {
@@ -20,19 +19,21 @@ pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32) -> Re
         .invoke_async(&mut conn)
         .await
         .context("voucher_load.lua")?;
+    register_outbox(redis, keys, voucher_id).await?;
     Ok(loaded == 1)
 }
 
-/// Adds stock to a loaded sale; `None` if Redis has no stock key for it.
-pub async fn add(redis: &Redis, keys: &Keys, voucher_id: i64, n: i32) -> Result<Option<i64>> {
+/// Lists the voucher's outbox for the relays (a key of its own slot, so not in the
+/// load script: on Redis Cluster a script keeps to one slot).
+pub async fn register_outbox(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<()> {
     let mut conn = redis.conn().await?;
-    let now: i64 = ADD
-        .key(keys.stock(voucher_id))
-        .arg(n)
-        .invoke_async(&mut conn)
+    let _: i64 = redis::cmd("SADD")
+        .arg(keys.outboxes())
+        .arg(voucher_id)
+        .query_async(&mut conn)
         .await
-        .context("stock_add.lua")?;
-    Ok((now >= 0).then_some(now))
+        .context("registering an outbox")?;
+    Ok(())
 }
 
 /// Live stock and the number of orders Redis admitted.

@@ -3,33 +3,53 @@
 //! ([`persist::persist`]), and acknowledges only after the commit.
 //!
 //! - A message that is not an order batch (poison) is rejected without requeue and
-//!   dead-lettered at once.
-//! - While Postgres is down the worker retries the same batch with backoff (no hot
-//!   loop), holding its messages unacknowledged; on shutdown they go back to the queue.
+//!   dead-lettered at once; the worker reads the dead-letter queue too and keeps such
+//!   a message in Postgres (`dead_letters`) for people to read.
+//! - While Postgres (or Redis, for business numbers) is down the worker retries the
+//!   same batch with backoff, but holds it at most `hold_limit`: then it hands the
+//!   messages back to the queue and reconnects later, so that no batch sits unseen in
+//!   a worker's hands (a repair after Redis went back in time waits for the queue
+//!   and for every live worker's hands to be empty: see [`Worker::heartbeat`]).
 //! - A batch the database refuses as such is retried message by message; a message
-//!   that still fails is requeued, and after the queue's delivery limit RabbitMQ
-//!   dead-letters it.
+//!   that is still refused has its orders stored `failed` with the reason (an
+//!   incident, counted and logged), never dropped.
+//! - An order message that RabbitMQ dead-lettered anyway (its delivery limit ran out
+//!   through crashes and hand-backs) is persisted from the dead-letter queue like any
+//!   other: no acknowledged order ends there unaccounted for.
+mod attempt;
+mod dead;
+mod hands;
+
+use attempt::Persisted;
 pub mod persist;
 pub mod timeout;
 
+use hands::Held;
+
 use crate::broker::Broker;
 use crate::order::model::OrderBatch;
-use crate::sequence::Sequences;
 use anyhow::{Context, Result};
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
-use persist::Outcome;
-use sqlx::PgPool;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How often a worker tells the repair what it holds (less than the repair's
+/// quiet period, so that each of its rounds sees a fresh report).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
+
 pub struct Worker {
-    pg: PgPool,
-    sequences: Sequences,
+    ctx: persist::Ctx,
+    /// Deliveries received and not settled yet (reported by [`Worker::heartbeat`]).
+    holding: Arc<AtomicUsize>,
+    hold_limit: Duration,
+    /// Names this process in `worker_heartbeats`.
+    process: String,
     broker: Arc<Broker>,
     prefetch: u16,
     batch: usize,
@@ -39,15 +59,16 @@ pub struct Worker {
 
 impl Worker {
     pub fn new(
-        pg: PgPool,
-        sequences: Sequences,
+        ctx: persist::Ctx,
         broker: Arc<Broker>,
         settings: &crate::config::Settings,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
         Self {
-            pg,
-            sequences,
+            ctx,
+            holding: Arc::new(AtomicUsize::new(0)),
+            hold_limit: settings.worker_hold_limit,
+            process: uuid::Uuid::new_v4().simple().to_string(),
             broker,
             prefetch: settings.worker_prefetch,
             batch: settings.worker_batch,
@@ -82,11 +103,31 @@ impl Worker {
             )
             .await
             .context("starting to consume orders")?;
+        let dead_channel = conn.create_channel().await.context("opening the dead-letter channel")?;
+        dead_channel
+            .basic_qos(1, BasicQosOptions::default())
+            .await
+            .context("setting the dead-letter prefetch")?;
+        let mut dead = dead_channel
+            .basic_consume(
+                &self.broker.keys().dead_queue(),
+                "",
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .context("starting to consume dead letters")?;
         tracing::info!("worker consuming");
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => break,
                 d = consumer.next() => d,
+                d = dead.next() => {
+                    let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
+                    let _held = Held::new(&self.holding, 1);
+                    self.handle_dead(&timeouts, d, stop).await?;
+                    continue;
+                }
             };
             let mut deliveries = vec![first.context("the consumer ended")?.context("receiving a delivery")?];
             // Whatever else has already arrived joins this batch; nothing waits for more.
@@ -96,6 +137,7 @@ impl Worker {
                     _ => break,
                 }
             }
+            let _held = Held::new(&self.holding, deliveries.len());
             self.handle(&timeouts, deliveries, stop).await?;
         }
         // Unacknowledged deliveries return to the queue when the channel closes.
@@ -130,7 +172,7 @@ impl Worker {
             let chunk = &good[start..end];
             let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
             match self.persist_retrying(&orders, stop).await {
-                Some(Ok(outcome)) => {
+                Persisted::Done(outcome) => {
                     self.count(outcome);
                     // Scheduled before the ack: a crash in between redelivers the
                     // batch, which schedules them again (the timeout is idempotent).
@@ -142,23 +184,32 @@ impl Worker {
                             .context("acknowledging a batch")?;
                     }
                 }
-                Some(Err(e)) if chunk.len() > 1 => {
+                Persisted::Refused(e) if chunk.len() > 1 => {
                     tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");
                     for (d, b) in chunk {
                         self.settle_one(timeouts, d, &b.orders, stop).await?;
                     }
                 }
-                Some(Err(e)) => {
-                    let (d, _) = &chunk[0];
-                    tracing::error!(error = %e, "an order message was refused; requeueing it (dead-lettered after the delivery limit)");
-                    d.nack(BasicNackOptions {
-                        requeue: true,
-                        multiple: false,
-                    })
-                    .await?;
+                Persisted::Refused(e) => {
+                    let (d, b) = &chunk[0];
+                    self.store_refused(d, &b.orders, &e).await?;
+                }
+                Persisted::Release(e) => {
+                    for (d, _) in &good[start..] {
+                        d.nack(BasicNackOptions {
+                            requeue: true,
+                            multiple: false,
+                        })
+                        .await
+                        .context("handing a batch back")?;
+                    }
+                    return Err(anyhow::anyhow!(
+                        "could not persist for {:?}; handed the batch back: {e}",
+                        self.hold_limit
+                    ));
                 }
                 // Stopping while the database is down: the deliveries go back unacked.
-                None => return Ok(()),
+                Persisted::Stopping => return Ok(()),
             }
             start = end;
         }
@@ -173,66 +224,23 @@ impl Worker {
         stop: &CancellationToken,
     ) -> Result<()> {
         match self.persist_retrying(orders, stop).await {
-            Some(Ok(outcome)) => {
+            Persisted::Done(outcome) => {
                 self.count(outcome);
                 let ids = orders.iter().map(|o| o.id).collect();
                 timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                 d.ack(BasicAckOptions::default()).await?;
             }
-            Some(Err(e)) => {
-                tracing::error!(error = %e, "an order message was refused; requeueing it (dead-lettered after the delivery limit)");
+            Persisted::Refused(e) => self.store_refused(d, orders, &e).await?,
+            Persisted::Release(e) => {
                 d.nack(BasicNackOptions {
                     requeue: true,
                     multiple: false,
                 })
                 .await?;
+                return Err(anyhow::anyhow!("could not persist; handed the message back: {e}"));
             }
-            None => {}
+            Persisted::Stopping => {}
         }
         Ok(())
-    }
-
-    /// Retries transient failures with backoff until success, a permanent error,
-    /// or `stop` (None).
-    async fn persist_retrying(
-        &self,
-        orders: &[crate::order::OrderMsg],
-        stop: &CancellationToken,
-    ) -> Option<Result<Outcome, persist::PersistError>> {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let timer = self.metrics.worker_persist_seconds.start_timer();
-            let result = persist::persist(&self.pg, &self.sequences, orders).await;
-            timer.observe_duration();
-            match result {
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "persisting orders failed; retrying");
-                    tokio::select! {
-                        _ = stop.cancelled() => return None,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-                other => return Some(other),
-            }
-        }
-    }
-
-    fn count(&self, o: Outcome) {
-        self.metrics
-            .worker_batch_orders
-            .observe((o.created + o.duplicates + o.failed) as f64);
-        for (result, n) in [
-            ("created", o.created),
-            ("duplicate", o.duplicates),
-            ("failed", o.failed),
-        ] {
-            if n > 0 {
-                self.metrics
-                    .orders_persisted
-                    .with_label_values(&[result])
-                    .inc_by(n as u64);
-            }
-        }
     }
 }

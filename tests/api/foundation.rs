@@ -1,7 +1,10 @@
-//! Issue 2: the HTTP skeleton, authentication, vouchers, readiness, shutdown.
+//! The HTTP service around the sale: liveness and readiness (naming each dependency
+//! that does not answer), the error body of malformed requests, authentication and
+//! roles, voucher validation, stock top-ups, and a clean stop on SIGTERM.
+use crate::fixtures::spawn_binary;
 use crate::helpers::*;
 use reqwest::StatusCode;
-use seckill::app::{Mode, Options};
+use seckill::app::Mode;
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -12,9 +15,18 @@ async fn liveness_and_readiness_answer_when_all_dependencies_are_up() {
     assert_eq!(status, StatusCode::OK);
     let (status, body) = app.get("/health/ready", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(
-        body["checks"],
-        json!({"postgres": "up", "redis": "up", "rabbitmq": "up"})
+    for dep in ["postgres", "redis", "rabbitmq"] {
+        assert_eq!(body["checks"][dep], "up", "{body}");
+    }
+    // The machine's Redis keeps nothing on disk: readiness says what is at risk.
+    assert_eq!(body["checks"]["redis_epoch"]["state"], "verified", "{body}");
+    let durability = &body["checks"]["redis_durability"];
+    assert_eq!(durability["safe"], false, "{body}");
+    assert!(
+        durability["at_risk"]
+            .as_str()
+            .is_some_and(|s| s.contains("acknowledged order")),
+        "{body}"
     );
     app.shutdown().await;
 }
@@ -29,14 +41,15 @@ async fn readiness_names_each_dependency_that_does_not_answer() {
         ("AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f", "rabbitmq"),
     ];
     for (var, url, name) in cases {
-        let overrides = [
-            (var, url),
-            ("SECKILL_MIGRATE_ON_START", "false"),
-            ("SECKILL_DEPENDENCY_TIMEOUT_MS", "500"),
-        ];
         // Migrations come from a healthy instance first, so only `var` is broken.
         let healthy = TestApp::spawn(&ns).await;
-        let app = TestApp::spawn_with(&ns, &overrides, Options::default(), Mode::Serve).await;
+        let app = TestApp::builder(&ns)
+            .env(var, url)
+            .env("SECKILL_MIGRATE_ON_START", "false")
+            .env("SECKILL_DEPENDENCY_TIMEOUT_MS", "500")
+            .mode(Mode::Serve)
+            .spawn()
+            .await;
         let (status, body) = app.get("/health/ready", None).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{var}: {body}");
         assert_eq!(code(&body), "unavailable");

@@ -1,13 +1,16 @@
-//! Issue 6: pay, cancel, and unpaid orders that give their stock back.
+//! An order once it is persisted: pay and cancel (one winner when they race, the
+//! shopper's lock across instances), the payment timeout that cancels unpaid orders,
+//! and stock that comes back exactly once, also across duplicated timeouts, a crash
+//! after a cancellation's commit and a redelivered batch.
 use crate::helpers::*;
 use futures::future::join_all;
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
 use reqwest::StatusCode;
-use seckill::app::{Mode, Options};
-use seckill::broker::Broker;
 use seckill::order::lifecycle::Canceller;
 use serde_json::{json, Value};
+use sqlx::Connection;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,26 +47,42 @@ async fn stocks(app: &TestApp, v: i64) -> (i64, i64) {
     (pg as i64, redis)
 }
 
+/// The payment timeout refuses an order that was paid: its message is consumed and
+/// the order stays paid, its unit sold. A sentinel shows that the message was
+/// consumed: an order persisted after the paid one and left unpaid. Its timeout is
+/// scheduled after the paid order's with the same window, so it expires after it
+/// (the delay queue expires messages at its head, in order), and the one timeout
+/// consumer handles messages one after the other: once the sentinel is cancelled,
+/// the paid order's message has been handled.
 #[tokio::test]
 async fn a_paid_order_stays_paid_after_its_window() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_PAYMENT_WINDOW_SECS", "1")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_PAYMENT_WINDOW_SECS", "1")
+        .spawn()
+        .await;
     let v = app.flash_sale(5).await;
     let id = created_order(&app, v, 10).await;
     let (status, paid) = act(&app, &id, 10, "pay").await;
     assert_eq!(status, StatusCode::OK, "{paid}");
     assert_eq!(paid["status"], "paid");
     assert!(paid["paid_at"].is_string());
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let sentinel = created_order(&app, v, 11).await;
+    eventually(Duration::from_secs(15), || async {
+        let (_, o) = app
+            .get(&format!("/api/v1/orders/{sentinel}"), Some(&app.shopper(11)))
+            .await;
+        (o["status"] == "cancelled").then_some(())
+    })
+    .await
+    .expect("the sentinel cancelled by its timeout");
     let (_, o) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.shopper(10))).await;
-    assert_eq!(o["status"], "paid");
-    assert_eq!(stocks(&app, v).await, (4, 4), "stock unchanged");
+    assert_eq!(o["status"], "paid", "the timeout refused the paid order");
+    assert_eq!(
+        stocks(&app, v).await,
+        (4, 4),
+        "the paid unit stays sold, the sentinel's came back"
+    );
     let (status, body) = act(&app, &id, 10, "pay").await;
     assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "order_not_payable"));
     let (status, body) = act(&app, &id, 10, "cancel").await;
@@ -74,13 +93,10 @@ async fn a_paid_order_stays_paid_after_its_window() {
 #[tokio::test]
 async fn an_unpaid_order_is_cancelled_at_the_end_of_its_window_and_its_stock_goes_back() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_PAYMENT_WINDOW_SECS", "1")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_PAYMENT_WINDOW_SECS", "1")
+        .spawn()
+        .await;
     let v = app.flash_sale(1).await;
     let id = created_order(&app, v, 20).await;
     assert_eq!(code(&app.order(v, 21).await.1), "sold_out");
@@ -136,17 +152,14 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
     let v = app.flash_sale(5).await;
     let first = created_order(&app, v, 1).await;
     let second = created_order(&app, v, 2).await;
-    assert_eq!(stocks(&app, v).await, (3, 3));
+    let sentinel = created_order(&app, v, 3).await;
+    assert_eq!(stocks(&app, v).await, (2, 2));
 
-    let broker = Broker::new(
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-        ns.keys(),
-        Duration::from_secs(5),
-        5,
-    );
-    let (conn, ch) = broker.open().await.unwrap();
-    let body = serde_json::to_vec(&json!({"order_ids": [first.parse::<i64>().unwrap()]})).unwrap();
-    for _ in 0..2 {
+    // `first`'s timeout twice, then the sentinel's: the one timeout consumer handles
+    // them in that order, so once the sentinel is cancelled both duplicates have been.
+    let (conn, ch) = ns.broker().open().await.unwrap();
+    for order in [&first, &first, &sentinel] {
+        let body = serde_json::to_vec(&json!({"order_ids": [order.parse::<i64>().unwrap()]})).unwrap();
         ch.basic_publish(
             "",
             &ns.keys().timeout_queue(),
@@ -161,13 +174,20 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
     }
     conn.close(200, "done").await.unwrap();
     eventually(Duration::from_secs(10), || async {
-        let (_, o) = app.get(&format!("/api/v1/orders/{first}"), Some(&app.shopper(1))).await;
+        let (_, o) = app
+            .get(&format!("/api/v1/orders/{sentinel}"), Some(&app.shopper(3)))
+            .await;
         (o["status"] == "cancelled").then_some(())
     })
     .await
-    .expect("cancelled by the timeout message");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(stocks(&app, v).await, (4, 4), "one unit back for two deliveries");
+    .expect("the sentinel cancelled by its timeout message");
+    let (_, o) = app.get(&format!("/api/v1/orders/{first}"), Some(&app.shopper(1))).await;
+    assert_eq!(o["status"], "cancelled");
+    assert_eq!(
+        stocks(&app, v).await,
+        (4, 4),
+        "one unit back for `first`'s two deliveries, one for the sentinel's"
+    );
 
     // A crash right after the Postgres commit: only the Postgres half ran.
     let lifecycle = &app.app().state().lifecycle;
@@ -217,16 +237,7 @@ async fn someone_elses_order_is_404_and_a_pending_one_409() {
     app.shutdown().await;
 
     // Without a relay an order stays pending: it can be neither paid nor cancelled yet.
-    let app = TestApp::spawn_with(
-        &ns,
-        &[],
-        Options {
-            relay: false,
-            ..Default::default()
-        },
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns).relay(false).spawn().await;
     let (_, body) = app.order(v, 3).await;
     let pending = body["order_id"].as_str().unwrap().to_owned();
     let (status, body) = act(&app, &pending, 3, "pay").await;
@@ -241,14 +252,11 @@ async fn someone_elses_order_is_404_and_a_pending_one_409() {
 #[tokio::test]
 async fn a_shoppers_request_waiting_too_long_for_their_previous_one_gets_409() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_USER_LOCK_WAIT_MS", "200")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
-    let other = TestApp::spawn_api_only(&ns, &[]).await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_USER_LOCK_WAIT_MS", "200")
+        .spawn()
+        .await;
+    let other = TestApp::builder(&ns).api_only().spawn().await;
     let v = app.flash_sale(5).await;
     let id = created_order(&app, v, 7).await;
     let held = other.app().state().locks.owner().lock("user:7").await.unwrap();
@@ -259,4 +267,117 @@ async fn a_shoppers_request_waiting_too_long_for_their_previous_one_gets_409() {
     assert_eq!(status, StatusCode::OK, "{body}");
     app.shutdown().await;
     other.shutdown().await;
+}
+
+/// Runs `cancel` while a worker's transaction re-persists `order` (a redelivered
+/// batch), interleaved deterministically on two connections: the worker's
+/// transaction locks the voucher row exactly as `worker::persist` does, `cancel`
+/// runs until it waits for that lock, then the worker re-inserts the order
+/// (`ON CONFLICT DO NOTHING`, which waits for any open transaction that changed the
+/// order's row) and commits. Returns the worker's result (rows inserted) and the
+/// cancellation's.
+async fn race_with_redelivered_batch<T: Send + 'static>(
+    ns: &Namespace,
+    app: &TestApp,
+    v: i64,
+    order: &str,
+    user: i64,
+    cancel: impl Future<Output = T> + Send + 'static,
+) -> (Result<u64, String>, T) {
+    let order: i64 = order.parse().unwrap();
+    let mut worker = sqlx::PgConnection::connect(&ns.vars["DATABASE_URL"]).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut worker)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut worker).await.unwrap();
+    sqlx::query(
+        "SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
+    )
+    .bind(vec![v])
+    .fetch_all(&mut worker)
+    .await
+    .unwrap();
+
+    let cancel = tokio::spawn(cancel);
+    eventually(Duration::from_secs(10), || async {
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))")
+                .bind(pid)
+                .fetch_one(app.pg())
+                .await
+                .unwrap();
+        (waiting > 0).then_some(())
+    })
+    .await
+    .expect("the cancellation waits for the worker's lock on the voucher row");
+
+    let insert = sqlx::query(
+        "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status)
+         VALUES ($1, $2, $3, now(), 'created') ON CONFLICT DO NOTHING",
+    )
+    .bind(order)
+    .bind(user)
+    .bind(v)
+    .execute(&mut worker);
+    let inserted = match tokio::time::timeout(Duration::from_secs(30), insert)
+        .await
+        .expect("the worker's insert finishes")
+    {
+        Ok(done) => {
+            sqlx::query("COMMIT").execute(&mut worker).await.unwrap();
+            Ok(done.rows_affected())
+        }
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut worker).await;
+            Err(e.to_string())
+        }
+    };
+    let cancelled = tokio::time::timeout(Duration::from_secs(30), cancel)
+        .await
+        .expect("the cancellation finishes")
+        .unwrap();
+    (inserted, cancelled)
+}
+
+/// Lock order. The worker locks voucher rows first and then writes order rows (a
+/// redelivered batch re-inserts its orders). A cancellation that changed the order
+/// row first and then waited for the voucher row would close a cycle with it:
+/// Postgres would abort one side with "deadlock detected" and the owner get a 500.
+/// Every path that touches both locks the voucher row first: the owner's cancel
+/// and the unpaid-order sweep (the payment timeout runs the same cancellation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_sweep_racing_a_redelivered_batch_lock_the_voucher_first_and_never_deadlock() {
+    let ns = Namespace::new().await;
+    let app = Arc::new(TestApp::spawn(&ns).await);
+    let v = app.flash_sale(5).await;
+
+    // The unpaid-order sweep (it cancels as the payment timeout does).
+    let by_sweep = created_order(&app, v, 41).await;
+    let lifecycle = app.app().state().lifecycle.clone();
+    let sweep = async move {
+        lifecycle
+            .sweep_unpaid(Duration::ZERO)
+            .await
+            .map_err(|e| format!("{e:#}"))
+    };
+    let (worker, swept) = race_with_redelivered_batch(&ns, &app, v, &by_sweep, 41, sweep).await;
+    assert_eq!(swept, Ok(1), "the unpaid-order sweep racing the worker");
+    assert_eq!(worker, Ok(0), "the redelivered order is already stored");
+    let (_, o) = app
+        .get(&format!("/api/v1/orders/{by_sweep}"), Some(&app.shopper(41)))
+        .await;
+    assert_eq!(o["status"], "cancelled");
+
+    // The owner's cancel, through the API.
+    let by_owner = created_order(&app, v, 40).await;
+    let cancel = {
+        let (app, id) = (app.clone(), by_owner.clone());
+        async move { act(&app, &id, 40, "cancel").await }
+    };
+    let (worker, (status, body)) = race_with_redelivered_batch(&ns, &app, v, &by_owner, 40, cancel).await;
+    assert_eq!(status, StatusCode::OK, "the owner's cancel racing the worker: {body}");
+    assert_eq!(body["status"], "cancelled");
+    assert_eq!(worker, Ok(0), "the redelivered order is already stored");
+    assert_eq!(stocks(&app, v).await, (5, 5), "both units back, once each");
 }

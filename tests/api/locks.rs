@@ -1,14 +1,21 @@
-//! Issue 5: distributed locks against the real Redis.
+//! Distributed locks against the real Redis: mutual exclusion across instances,
+//! reentrancy, the watchdog and leases, fencing tokens, waiters woken by a release,
+//! per-user serialization of pay and cancel, and singleton jobs that move when their
+//! instance dies.
 use crate::helpers::*;
+use seckill::http::ApiError;
 use seckill::lock::{fence, ReleaseError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const SHORT_LEASE: [(&str, &str); 1] = [("SECKILL_LOCK_LEASE_MS", "600")];
-
+/// An API-only instance whose watchdog-kept locks have a 600 ms lease.
 async fn instance(ns: &Namespace) -> TestApp {
-    TestApp::spawn_api_only(ns, &SHORT_LEASE).await
+    TestApp::builder(ns)
+        .env("SECKILL_LOCK_LEASE_MS", "600")
+        .api_only()
+        .spawn()
+        .await
 }
 
 /// Two instances x 50 tasks, each an unprotected read-modify-write of one key.
@@ -23,7 +30,7 @@ async fn two_instances_of_fifty_tasks_each_are_mutually_excluded() {
             let locks = app.app().state().locks.clone();
             let key = key.clone();
             tasks.push(tokio::spawn(async move {
-                let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+                let mut redis = redis::Client::open(redis_url())
                     .unwrap()
                     .get_multiplexed_async_connection()
                     .await
@@ -88,7 +95,17 @@ async fn reentrant_owner_and_refused_or_reported_releases() {
         .await
         .unwrap()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let key = app.app().state().keys.lock("e");
+    let redis = app.redis().await;
+    eventually(Duration::from_secs(5), || {
+        let (mut redis, key) = (redis.clone(), key.clone());
+        async move {
+            let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut redis).await.ok()?;
+            (exists == 0).then_some(())
+        }
+    })
+    .await
+    .expect("the 150 ms lease runs out");
     assert_eq!(
         short.release().await.unwrap(),
         Err(ReleaseError::Expired),
@@ -101,7 +118,9 @@ async fn the_watchdog_keeps_a_lock_past_three_leases_and_a_dead_holder_loses_it_
     let ns = Namespace::new().await;
     let (a, b) = (instance(&ns).await, instance(&ns).await);
     let held = a.app().state().locks.owner().lock("w").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2000)).await; // more than three 600 ms leases
+    // Time passing is the subject: longer than three 600 ms leases, each renewed by
+    // the watchdog alone.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     let rival = b.app().state().locks.owner();
     assert!(
         rival.try_lock("w", Duration::ZERO, None).await.unwrap().is_none(),
@@ -135,11 +154,11 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
         .await
         .unwrap()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The next holder waits for the stalled holder's lease to run out.
     let next = state
         .locks
         .owner()
-        .try_lock("f", Duration::ZERO, None)
+        .try_lock("f", Duration::from_secs(5), None)
         .await
         .unwrap()
         .expect("the lease ran out");
@@ -199,6 +218,7 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
     let attempts = b_locks.attempts() - before;
     assert!(attempts <= 4, "a 2 s wait made {attempts} attempts");
 
+    let before = b_locks.attempts();
     let waiter = tokio::spawn({
         let locks = b_locks.clone();
         async move {
@@ -213,13 +233,24 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
             at
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Until the waiter has been refused once: its first attempt is counted (on this
+    // one-thread runtime, only once its script is queued on the instance's Redis
+    // connection), and a PING queued behind it on that connection is answered.
+    eventually(Duration::from_secs(5), || async {
+        (b_locks.attempts() > before).then_some(())
+    })
+    .await
+    .expect("the waiter makes its first attempt");
+    let mut conn = state.redis.conn().await.unwrap();
+    let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
     let released = Instant::now();
     held.release().await.unwrap().unwrap();
     let acquired = waiter.await.unwrap();
     let handover = acquired - released;
-    // Woken by the release: its fallback nap (1 s, started ~100 ms before) would
-    // have ended ~900 ms after the release.
+    let attempts = b_locks.attempts() - before;
+    assert!(attempts >= 2, "refused, then granted: {attempts} attempts");
+    // Woken by the release: its fallback nap (1 s from its refusal, just before the
+    // release) would have ended about a second after it.
     assert!(handover < Duration::from_millis(600), "hand-over took {handover:?}");
 }
 
@@ -237,9 +268,10 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
             serializer
                 .run(user, async {
                     let start = Instant::now();
+                    // Work that takes a while, so that overlaps (or their absence) show.
                     tokio::time::sleep(Duration::from_millis(300)).await;
                     log.lock().unwrap().push((user, start, Instant::now()));
-                    Ok(())
+                    Ok::<_, ApiError>(())
                 })
                 .await
         }));
@@ -261,20 +293,28 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
         "different users ran in parallel"
     );
 
-    // Past the wait limit: 409 request_in_progress.
-    let c = TestApp::spawn_api_only(&ns, &[("SECKILL_USER_LOCK_WAIT_MS", "100")]).await;
+    // Past the wait limit: 409 request_in_progress. The slow operation holds user 3's
+    // lock until the test is done with it.
+    let c = TestApp::builder(&ns)
+        .env("SECKILL_USER_LOCK_WAIT_MS", "100")
+        .api_only()
+        .spawn()
+        .await;
+    let (running, is_running) = tokio::sync::oneshot::channel();
+    let (finish, may_finish) = tokio::sync::oneshot::channel::<()>();
     let slow = tokio::spawn({
         let s = a.app().state().user_serializer.clone();
         async move {
-            s.run(3, async {
-                tokio::time::sleep(Duration::from_millis(800)).await;
-                Ok(())
+            s.run(3, async move {
+                running.send(()).unwrap();
+                let _ = may_finish.await;
+                Ok::<_, ApiError>(())
             })
             .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let err = c
+    is_running.await.expect("the slow operation runs");
+    let err: ApiError = c
         .app()
         .state()
         .user_serializer
@@ -282,6 +322,7 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
         .await
         .unwrap_err();
     assert_eq!((err.status.as_u16(), err.code), (409, "request_in_progress"));
+    finish.send(()).unwrap();
     slow.await.unwrap().unwrap();
 }
 
@@ -304,7 +345,12 @@ async fn a_singleton_job_runs_on_one_instance_and_moves_when_it_dies() {
             .await
         });
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // More rounds (50 ms apart) than fit in one 600 ms lease: the holder kept the
+    // lock past its lease while the other instance contended for it.
+    let rounds = || runs[0].load(Ordering::Relaxed) + runs[1].load(Ordering::Relaxed);
+    eventually(Duration::from_secs(10), || async { (rounds() >= 20).then_some(()) })
+        .await
+        .expect("the job runs");
     let (ra, rb) = (runs[0].load(Ordering::Relaxed), runs[1].load(Ordering::Relaxed));
     assert!((ra == 0) != (rb == 0), "exactly one instance runs it: {ra} / {rb}");
     let (holder, other, other_runs) = if ra > 0 {

@@ -1,10 +1,14 @@
-//! Issue 3: nothing acknowledged is lost between Redis and Postgres, whatever fails.
+//! From the outbox to Postgres: nothing acknowledged is lost or written twice when
+//! the API dies before publishing, a relay dies holding entries, a message comes
+//! twice, is poison or dead-lettered, or Postgres is away; order ids stay unique when
+//! Redis loses their counter.
 use crate::helpers::*;
-use lapin::options::{BasicGetOptions, BasicPublishOptions};
+use lapin::options::{BasicPublishOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use reqwest::StatusCode;
-use seckill::app::{Mode, Options};
-use seckill::broker::{Broker, ORDERS_ROUTING_KEY};
+use seckill::app::Mode;
+use seckill::broker::ORDERS_ROUTING_KEY;
 use seckill::order::model::{OrderBatch, OrderMsg};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,21 +34,12 @@ async fn wait_persisted(app: &TestApp, v: i64, n: i64) {
     );
 }
 
-fn broker(ns: &Namespace) -> Broker {
-    Broker::new(
-        "amqp://guest:guest@127.0.0.1:5672/%2f",
-        ns.keys(),
-        Duration::from_secs(5),
-        5,
-    )
-}
-
 /// The API dies right after the Lua, before anything was published: the orders
 /// are in the outbox, and a relay that runs later delivers every one.
 #[tokio::test]
 async fn orders_accepted_by_a_process_killed_before_publishing_are_not_lost() {
     let ns = Namespace::new().await;
-    let api = TestApp::spawn_api_only(&ns, &[]).await;
+    let api = TestApp::builder(&ns).api_only().spawn().await;
     let v = api.flash_sale(50).await;
     let mut accepted = HashSet::new();
     for user in 1..=30 {
@@ -72,11 +67,7 @@ async fn orders_accepted_by_a_process_killed_before_publishing_are_not_lost() {
 #[tokio::test]
 async fn entries_left_pending_by_a_dead_relay_are_claimed_and_delivered() {
     let ns = Namespace::new().await;
-    let no_relay = Options {
-        relay: false,
-        ..Default::default()
-    };
-    let api = TestApp::spawn_with(&ns, &[], no_relay, Mode::All).await;
+    let api = TestApp::builder(&ns).relay(false).spawn().await;
     let v = api.flash_sale(20).await;
     for user in 1..=10 {
         assert_eq!(api.order(v, user).await.0, StatusCode::ACCEPTED);
@@ -98,13 +89,10 @@ async fn entries_left_pending_by_a_dead_relay_are_claimed_and_delivered() {
     assert_ne!(read, redis::Value::Nil);
     api.shutdown().await;
 
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_RELAY_CLAIM_IDLE_MS", "300")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RELAY_CLAIM_IDLE_MS", "300")
+        .spawn()
+        .await;
     wait_persisted(&app, v, 10).await;
     let pending: redis::Value = redis::cmd("XPENDING")
         .arg(ns.keys().outbox(v))
@@ -120,8 +108,26 @@ async fn entries_left_pending_by_a_dead_relay_are_claimed_and_delivered() {
     app.shutdown().await;
 }
 
+/// Messages ready in the namespace's orders queue (delivered ones do not count).
+async fn orders_ready(ns: &Namespace) -> u32 {
+    let (conn, ch) = ns.broker().open().await.unwrap();
+    let queue = ch
+        .queue_declare(
+            &ns.keys().orders_queue(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    conn.close(200, "done").await.unwrap();
+    queue.message_count()
+}
+
 async fn publish_raw(ns: &Namespace, body: &[u8]) {
-    let b = broker(ns);
+    let b = ns.broker();
     let (conn, ch) = b.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let confirm = ch
@@ -153,6 +159,7 @@ async fn the_same_message_delivered_twice_writes_each_order_once() {
                 user_id: 500 + i,
                 voucher_id: v,
                 created_ms: now,
+                epoch: 1,
             })
             .collect(),
     };
@@ -178,23 +185,131 @@ async fn the_same_message_delivered_twice_writes_each_order_once() {
 }
 
 #[tokio::test]
-async fn a_poison_message_lands_in_the_dead_letter_queue() {
+async fn a_poison_message_is_dead_lettered_and_kept_for_people() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
-    // Topology exists once the worker is consuming.
-    let b = broker(&ns);
-    let (conn, ch) = b.open().await.unwrap();
     publish_raw(&ns, b"this is not an order batch").await;
-    let dead = eventually(Duration::from_secs(10), || async {
-        ch.basic_get(&ns.keys().dead_queue(), BasicGetOptions { no_ack: true })
-            .await
-            .unwrap()
+    let pg = app.pg().clone();
+    let (body, reason): (Vec<u8>, String) = eventually(Duration::from_secs(10), || {
+        let pg = pg.clone();
+        async move {
+            sqlx::query_as("SELECT body, reason FROM dead_letters")
+                .fetch_optional(&pg)
+                .await
+                .unwrap()
+        }
     })
     .await
-    .expect("the poison message is dead-lettered");
-    assert_eq!(&dead.delivery.data[..], b"this is not an order batch");
+    .expect("the poison message is kept in dead_letters");
+    assert_eq!(&body[..], b"this is not an order batch");
+    assert!(reason.starts_with("not an order batch"), "{reason}");
     assert_eq!(app.app().state().metrics.worker_poison.get(), 1);
+    app.shutdown().await;
+}
+
+/// An order batch that RabbitMQ dead-lettered (its delivery limit ran out through
+/// crashes and hand-backs) is persisted from the dead-letter queue: no acknowledged
+/// order ends there unaccounted for.
+#[tokio::test]
+async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let epoch = current_epoch(&app).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let batch = OrderBatch {
+        orders: (1..=3)
+            .map(|i| OrderMsg {
+                id: 2_000_000 + i,
+                user_id: 700 + i,
+                voucher_id: v,
+                created_ms: now,
+                epoch,
+            })
+            .collect(),
+    };
+    let b = ns.broker();
+    let (conn, ch) = b.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    ch.basic_publish(
+        &ns.keys().dead_exchange(),
+        "",
+        BasicPublishOptions::default(),
+        &serde_json::to_vec(&batch).unwrap(),
+        BasicProperties::default(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    wait_persisted(&app, v, 3).await;
+    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM voucher_orders WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(statuses, vec!["created"; 3]);
     conn.close(200, "done").await.unwrap();
+    app.shutdown().await;
+}
+
+/// With a delivery limit of 1, a worker that cannot reach Postgres hands its batch
+/// back (the hold limit) and the broker dead-letters it; once Postgres is back the
+/// orders are persisted all the same rather than left on the dead-letter queue,
+/// neither persisted nor failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persisted() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_DELIVERY_LIMIT", "1")
+        .env("SECKILL_WORKER_HOLD_MS", "300")
+        .spawn()
+        .await;
+    let v = app.flash_sale(100).await;
+    let admin = sqlx::PgPool::connect(&admin_db_url()).await.unwrap();
+    sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", ns.db))
+        .execute(&admin)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&ns.db)
+        .execute(&admin)
+        .await
+        .unwrap();
+    // For longer than the Redis check period (its Postgres reads fail now), every
+    // order is still accepted: a Postgres outage does not stop sales.
+    let until = std::time::Instant::now() + 2 * seckill::epoch::CHECK_EVERY + Duration::from_millis(500);
+    let mut u = 0;
+    while std::time::Instant::now() < until || u < 20 {
+        u += 1;
+        let (status, body) = app.order(v, u).await;
+        assert_eq!(
+            status,
+            StatusCode::ACCEPTED,
+            "shopper {u} while Postgres is down: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let accepted = u;
+    // Handed back at least twice: past the limit of 1, the broker dead-letters it,
+    // and the worker takes it from there.
+    let metrics = app.app().state().metrics.clone();
+    eventually(Duration::from_secs(30), || {
+        let m = metrics.clone();
+        async move { (m.worker_incidents.with_label_values(&["dead_lettered"]).get() > 0).then_some(()) }
+    })
+    .await
+    .expect("the batch reaches the dead-letter queue");
+    sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", ns.db))
+        .execute(&admin)
+        .await
+        .unwrap();
+    wait_persisted(&app, v, accepted).await;
+    let failed: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE status <> 'created'")
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(failed, 0);
     app.shutdown().await;
 }
 
@@ -205,9 +320,7 @@ async fn postgres_unavailable_then_back_loses_nothing() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(100).await;
-    let admin = sqlx::PgPool::connect("postgres://root@127.0.0.1:5432/postgres")
-        .await
-        .unwrap();
+    let admin = sqlx::PgPool::connect(&admin_db_url()).await.unwrap();
     // Only this test's database goes down: no new connections, existing ones cut.
     sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", ns.db))
         .execute(&admin)
@@ -225,7 +338,15 @@ async fn postgres_unavailable_then_back_loses_nothing() {
             "the hot path needs no Postgres"
         );
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Postgres comes back once the worker holds every order: all published, none
+    // ready in the queue.
+    let metrics = app.app().state().metrics.clone();
+    eventually(Duration::from_secs(20), || async {
+        let published = metrics.relay_published.get();
+        (published >= 40 && orders_ready(&ns).await == 0).then_some(())
+    })
+    .await
+    .expect("the worker holds the orders while Postgres is away");
     sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", ns.db))
         .execute(&admin)
         .await
@@ -244,9 +365,9 @@ async fn postgres_unavailable_then_back_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn order_ids_stay_unique_after_the_counter_key_is_deleted() {
     let ns = Namespace::new().await;
-    let small_blocks = [("SECKILL_ID_BLOCK", "7")];
-    let a = Arc::new(TestApp::spawn_with(&ns, &small_blocks, Options::default(), Mode::Serve).await);
-    let b = Arc::new(TestApp::spawn_with(&ns, &small_blocks, Options::default(), Mode::Serve).await);
+    let small_blocks = || TestApp::builder(&ns).env("SECKILL_ID_BLOCK", "7").mode(Mode::Serve);
+    let a = Arc::new(small_blocks().spawn().await);
+    let b = Arc::new(small_blocks().spawn().await);
     let draw = |app: Arc<TestApp>, n: usize| async move {
         let ids = app.app().state().ids.clone();
         let mut out = Vec::with_capacity(n);
@@ -275,68 +396,29 @@ async fn order_ids_stay_unique_after_the_counter_key_is_deleted() {
     assert_eq!(seen.len(), 1800);
 }
 
-/// The database's own guard, fed directly: a batch redelivered after the sale sold
-/// out is recognised as duplicates (not failures); orders beyond Postgres's stock and
-/// a second order of one shopper become `failed`; stock is never negative.
+/// The relay reads the outboxes Redis lists, not only those of the sales its
+/// voucher cache knows: with an empty cache, orders still flow.
 #[tokio::test]
-async fn the_database_guard_classifies_duplicates_overstock_and_second_orders() {
+async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    for u in 1..=3 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
     let state = app.app().state();
-    let seq = &state.sequences;
-    let (v, w) = (app.flash_sale(3).await, app.flash_sale(5).await);
-    let now = chrono::Utc::now().timestamp_millis();
-    let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: voucher,
-        created_ms: now + id,
-    };
-    let persist = |orders: Vec<OrderMsg>| async move {
-        seckill::worker::persist::persist(&state.jobs_pg, seq, &orders)
-            .await
-            .unwrap()
-    };
-
-    let first: Vec<OrderMsg> = (1..=3).map(|i| msg(i, 100 + i, v)).collect();
-    let o = persist(first.clone()).await;
-    assert_eq!((o.created, o.duplicates, o.failed), (3, 0, 0));
-    let o = persist(first).await;
-    assert_eq!(
-        (o.created, o.duplicates, o.failed),
-        (0, 3, 0),
-        "a redelivery at sold-out is not an incident"
+    let relay = seckill::outbox::Relay::new(
+        &state.redis,
+        state.keys.clone(),
+        Arc::new(seckill::voucher::cache::VoucherCache::default()),
+        state.broker.clone(),
+        "relay-with-an-empty-cache".into(),
+        &state.settings,
+        state.metrics.clone(),
     );
-    let o = persist(vec![msg(4, 200, v)]).await;
-    assert_eq!(
-        (o.created, o.duplicates, o.failed),
-        (0, 0, 1),
-        "beyond Postgres's stock"
-    );
-    let o = persist(vec![msg(10, 7, w), msg(11, 7, w), msg(12, 8, w)]).await;
-    assert_eq!(
-        (o.created, o.duplicates, o.failed),
-        (2, 0, 1),
-        "one live order per shopper"
-    );
-    let o = persist(vec![msg(10, 7, w), msg(13, 7, w)]).await;
-    assert_eq!((o.created, o.duplicates, o.failed), (0, 1, 1));
-
-    let statuses: Vec<(i64, String, Option<String>)> =
-        sqlx::query_as("SELECT id, status, order_no FROM voucher_orders ORDER BY id")
-            .fetch_all(app.pg())
-            .await
-            .unwrap();
-    let failed: Vec<i64> = statuses.iter().filter(|r| r.1 == "failed").map(|r| r.0).collect();
-    assert_eq!(failed, vec![4, 11, 13]);
-    assert!(
-        statuses.iter().all(|r| (r.1 == "failed") == r.2.is_none()),
-        "numbers only for created orders"
-    );
-    let stocks: Vec<i32> = sqlx::query_scalar("SELECT stock FROM seckill_vouchers ORDER BY voucher_id")
-        .fetch_all(app.pg())
-        .await
-        .unwrap();
-    assert_eq!(stocks, vec![0, 3]);
-    app.shutdown().await;
+    let (conn, ch) = state.broker.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    assert_eq!(published, 3, "the three orders were published");
+    conn.close(200, "done").await.unwrap();
 }

@@ -1,9 +1,11 @@
-//! Issue 4: daily business numbers, never issued twice.
+//! Business numbers: daily counters per rule and tenant, consecutive and never issued
+//! twice (across instances, and after Redis lost the counter), restarting at local
+//! midnight of the rule's zone; clear errors for bad rules and requests.
 use crate::helpers::*;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::future::join_all;
 use reqwest::StatusCode;
-use seckill::app::{Mode, Options};
+use seckill::app::Mode;
 use seckill::clock::Clock;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -40,12 +42,12 @@ fn counter(n: &str, prefix_and_date: usize) -> u64 {
     n[prefix_and_date..].parse().unwrap()
 }
 
-/// The seeds' own test (100 concurrent callers), on two application instances.
+/// 100 concurrent callers, spread over two application instances.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_callers_on_two_instances_get_distinct_consecutive_numbers() {
     let ns = Namespace::new().await;
     let a = Arc::new(TestApp::spawn(&ns).await);
-    let b = Arc::new(TestApp::spawn_with(&ns, &[], Options::default(), Mode::Serve).await);
+    let b = Arc::new(TestApp::builder(&ns).mode(Mode::Serve).spawn().await);
     let (status, _) = put_rule(
         &a,
         "yd",
@@ -112,16 +114,11 @@ fn last_ms_of(tz: chrono_tz::Tz, y: i32, m: u32, d: u32) -> DateTime<Utc> {
 async fn the_counter_restarts_at_local_midnight_of_the_rules_zone() {
     let ns = Namespace::new().await;
     let clock = Clock::manual(Utc::now());
-    let app = TestApp::spawn_with(
-        &ns,
-        &[],
-        Options {
-            clock: clock.clone(),
-            ..Default::default()
-        },
-        Mode::Serve,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .mode(Mode::Serve)
+        .clock(clock.clone())
+        .spawn()
+        .await;
     for (zone, tz) in [
         ("Asia/Shanghai", chrono_tz::Asia::Shanghai),
         ("America/New_York", chrono_tz::America::New_York),

@@ -1,15 +1,15 @@
-//! `seckill bench`: a flash crowd against a running server.
+//! `seckill-bench crowd`: a flash crowd against a running server.
 //!
 //! Creates a flash-sale voucher through the admin API, fires one request per
 //! distinct shopper at a fixed concurrency, prints requests/s and latency
 //! percentiles per outcome, waits until every accepted order is persisted, checks
 //! the invariants (accepted = min(stock, shoppers), persisted = accepted, Redis
 //! stock = stock - accepted) and counts the Redis commands the run cost.
-use crate::config::Settings;
-use crate::http::auth::{JwtKeys, Role};
 use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use hdrhistogram::Histogram;
+use seckill::config::Settings;
+use seckill::http::auth::{JwtKeys, Role};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -264,13 +264,13 @@ pub struct LockArgs {
 }
 
 pub async fn run_lock(args: LockArgs, settings: &Settings) -> Result<()> {
-    use crate::lock::LockService;
-    let redis = crate::redis_conn::Redis::new(settings.redis_url.expose(), settings.dependency_timeout)?;
+    use seckill::lock::LockService;
+    let redis = seckill::redis_conn::Redis::new(settings.redis_url.expose(), settings.dependency_timeout)?;
     let ns = format!("{}-lockbench-{}", settings.namespace, std::process::id());
     let stop = tokio_util::sync::CancellationToken::new();
     let locks = LockService::start(
         redis.clone(),
-        crate::keys::Keys::new(&ns),
+        seckill::keys::Keys::new(&ns),
         "bench",
         settings.lock_lease,
         stop.clone(),

@@ -6,9 +6,27 @@
 //! `REFRESH_EVERY` as a backstop.
 //!
 //! Each entry also carries the local sold-out flag: once Redis answered "sold out",
-//! this instance refuses further orders without a Redis call until a stock event
-//! arrives. The flag and an event generation share one atomic word, so a sold-out
-//! answer that raced with a top-up cannot set the flag after the top-up cleared it.
+//! this instance refuses further orders without a Redis call. A stock event (top-up,
+//! stock return) clears it on every instance at once. The event is not the only way
+//! out: pub/sub is fire-and-forget, so a publish can be lost (a crash between the
+//! Postgres and Redis halves of a return, a subscriber reconnecting), and stock would
+//! then stay unsold while Redis has it. So the flag is trusted for [`SOLD_OUT_TTL`]
+//! (1 s) only. The first request after that asks Redis itself (the "probe"; the flag
+//! is re-stamped as it leaves, so the requests arriving meanwhile are still refused)
+//! and its answer renews the flag (sold out) or clears it (accepted). Bounds, per
+//! instance and voucher, with no event at all:
+//!
+//! - while the sale stays sold out, at most one order request per `SOLD_OUT_TTL`
+//!   reaches Redis;
+//! - stock that came back is on sale again within `SOLD_OUT_TTL` of the flag's last
+//!   renewal, plus one `SOLD_OUT_TTL` per probe whose answer cannot tell (the
+//!   shopper already has an order, Redis unreachable): those leave the flag as it is
+//!   until the next probe.
+//!
+//! The flag, the instant it was last set or renewed and a generation share one
+//! atomic word (no lock, no allocation; the clock is read only while the flag is
+//! set). Every clear starts a new generation, so a sold-out answer that raced with a
+//! top-up or a probe's clear cannot set the flag after the clear.
 use super::model::Voucher;
 use super::repo;
 use super::stock::Event;
@@ -19,19 +37,57 @@ use futures::StreamExt;
 use sqlx::PgPool;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 const REFRESH_EVERY: Duration = Duration::from_secs(30);
 
+/// How long a "sold out" from Redis is trusted before a request asks Redis again.
+pub const SOLD_OUT_TTL: Duration = Duration::from_secs(1);
+const TTL_MS: u64 = SOLD_OUT_TTL.as_millis() as u64;
+
+// The state word: bit 0 the sold-out flag; bits 1..=40 when the flag was last set or
+// renewed, in milliseconds on this process's monotonic clock (40 bits: 34 years);
+// bits 41..=63 the generation, bumped by every clear (it wraps; a stale answer would
+// have to be 2^23 clears late and carry the same stamp to be mistaken for current).
+const FLAG: u64 = 1;
+const STAMP_SHIFT: u32 = 1;
+const STAMP_MASK: u64 = ((1 << 40) - 1) << STAMP_SHIFT;
+const GEN_SHIFT: u32 = 41;
+
+fn stamp(s: u64) -> u64 {
+    (s & STAMP_MASK) >> STAMP_SHIFT
+}
+
+/// `s` with the flag set, stamped `now_ms`.
+fn flagged_at(s: u64, now_ms: u64) -> u64 {
+    (s & !STAMP_MASK) | ((now_ms << STAMP_SHIFT) & STAMP_MASK) | FLAG
+}
+
+/// Whether `s` holds a flag set or renewed less than `SOLD_OUT_TTL` before `now_ms`.
+fn trusted(s: u64, now_ms: u64) -> bool {
+    s & FLAG != 0 && now_ms.saturating_sub(stamp(s)) < TTL_MS
+}
+
+/// Cleared: the next generation, no flag, no stamp.
+fn cleared(s: u64) -> u64 {
+    ((s >> GEN_SHIFT).wrapping_add(1)) << GEN_SHIFT
+}
+
+/// Milliseconds on a monotonic clock that starts with the process.
+fn now_ms() -> u64 {
+    static START: LazyLock<Instant> = LazyLock::new(Instant::now);
+    START.elapsed().as_millis() as u64
+}
+
 pub struct Entry {
     pub voucher: Voucher,
-    /// (generation << 1) | sold_out
+    /// generation | stamp | sold-out flag (see the constants above).
     state: AtomicU64,
 }
 
-/// What [`Entry::observe`] saw before a Redis call, to report "sold out" against.
+/// What [`Entry::read_sold_out_flag`] saw before a Redis call, to report the answer against.
 #[derive(Clone, Copy)]
 pub struct Observed(u64);
 
@@ -43,24 +99,63 @@ impl Entry {
         }
     }
 
-    /// Whether this instance already knows the sale is sold out.
-    pub fn observe(&self) -> (bool, Observed) {
-        let s = self.state.load(Ordering::Acquire);
-        (s & 1 == 1, Observed(s))
+    /// Whether this instance already knows the sale is sold out. False also for the
+    /// one request that is to check a flag older than [`SOLD_OUT_TTL`] with Redis:
+    /// report its answer with [`Entry::mark_sold_out`] or [`Entry::in_stock`].
+    pub fn read_sold_out_flag(&self) -> (bool, Observed) {
+        self.read_sold_out_flag_at(now_ms)
     }
 
-    /// Records "sold out" unless stock came back since `seen`.
+    /// [`Entry::read_sold_out_flag`] on the clock `now` (read only if the flag is set).
+    fn read_sold_out_flag_at(&self, now: impl FnOnce() -> u64) -> (bool, Observed) {
+        let s = self.state.load(Ordering::Acquire);
+        if s & FLAG == 0 {
+            return (false, Observed(s));
+        }
+        let now = now();
+        if trusted(s, now) {
+            return (true, Observed(s));
+        }
+        // Trusted long enough: this request asks Redis. The flag is re-stamped
+        // first, so the requests arriving meanwhile are still refused.
+        let probe = flagged_at(s, now);
+        match self
+            .state
+            .compare_exchange(s, probe, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => (false, Observed(probe)),
+            // Another request probes, or the flag was cleared or renewed.
+            Err(current) => (trusted(current, now), Observed(current)),
+        }
+    }
+
+    /// Records "sold out" (or renews the flag) unless stock came back since `seen`.
     pub fn mark_sold_out(&self, seen: Observed) {
+        self.mark_sold_out_at(seen, now_ms())
+    }
+
+    fn mark_sold_out_at(&self, seen: Observed, now_ms: u64) {
         let _ = self
             .state
-            .compare_exchange(seen.0, seen.0 | 1, Ordering::AcqRel, Ordering::Relaxed);
+            .compare_exchange(seen.0, flagged_at(seen.0, now_ms), Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    /// Redis accepted an order. If the request was a probe of the flag, stock came
+    /// back without an event reaching this instance: clear the flag, unless it
+    /// changed since.
+    pub fn in_stock(&self, seen: Observed) {
+        if seen.0 & FLAG != 0 {
+            let _ = self
+                .state
+                .compare_exchange(seen.0, cleared(seen.0), Ordering::AcqRel, Ordering::Relaxed);
+        }
     }
 
     /// Stock came back: clear the flag and start a new generation.
     pub fn stock_returned(&self) {
         let _ = self
             .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(((s >> 1) + 1) << 1));
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| Some(cleared(s)));
     }
 }
 
@@ -176,3 +271,6 @@ async fn follow_once(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,8 +2,45 @@
 //! precision above 2^53) and are accepted as strings or numbers.
 use serde::{Deserialize, Deserializer, Serializer};
 use serde_json::Value;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::RefOr;
 
-/// `#[serde(with = "crate::http::id")]` for an `i64` field.
+/// The OpenAPI schema of an id in a response:
+/// `#[schema(schema_with = crate::id::schema)]` beside `#[serde(with = "crate::id")]`.
+pub fn schema() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some("A positive 64-bit id as a string of decimal digits."))
+        .pattern(Some("^[1-9][0-9]{0,18}$"))
+        .examples([serde_json::json!("42")])
+        .into()
+}
+
+/// The OpenAPI schema of an id in a request body ([`parse_value`]): decimal digits
+/// in a string, or a number; positive either way.
+pub fn input_schema() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .min_length(Some(1))
+                .max_length(Some(19))
+                .pattern(Some("^[0-9]*[1-9][0-9]*$")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                    utoipa::openapi::KnownFormat::Int64,
+                )))
+                .minimum(Some(1)),
+        )
+        .description(Some("A positive 64-bit id: decimal digits in a string, or a number."))
+        .examples([serde_json::json!("42")])
+        .into()
+}
+
+/// `#[serde(with = "crate::id")]` for an `i64` field.
 pub fn serialize<S: Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
 }

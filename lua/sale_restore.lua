@@ -1,0 +1,54 @@
+-- sale_restore.lua: rewrite one flash sale's Redis state during a repair, fenced.
+--
+-- KEYS[1] stock  KEYS[2] buyers  KEYS[3] orders  KEYS[4] returned  KEYS[5] outbox
+-- KEYS[6] fence: the epoch of the newest repair that wrote this sale
+-- ARGV[1] epoch of this repair   ARGV[2] op: 'reset' | 'fill' | 'open'
+--   reset:                      refuse an older epoch, take the fence, drop the sale's
+--                               state (with the stock key gone, reserve.lua admits
+--                               nothing until 'open'; the outbox stays, to be read)
+--   fill  n_buyers, user, order, ..., n_orders, order, value, ..., n_returned, order, ...
+--   open  stock, group:         set the stock (re-opens the sale), make the group exist
+--
+-- Returns 1 when done, 0 when a newer repair has taken the sale (this one must stop).
+--
+-- Why a script and a fence: a repairer that lost its Postgres session (and so its
+-- advisory lock) may still be running; every write it makes checks, in the same step,
+-- that no newer repair has started on this sale. All keys share the voucher's hash tag.
+local epoch = tonumber(ARGV[1])
+local fence = tonumber(redis.call('GET', KEYS[6]) or '0')
+local op = ARGV[2]
+if op == 'reset' then
+  if fence > epoch then
+    return 0
+  end
+  redis.call('SET', KEYS[6], epoch)
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  return 1
+end
+if fence ~= epoch then
+  return 0
+end
+if op == 'fill' then
+  local i = 3
+  local n = tonumber(ARGV[i])
+  for j = 1, n do
+    redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+  end
+  i = i + 2 * n + 1
+  n = tonumber(ARGV[i])
+  for j = 1, n do
+    redis.call('HSET', KEYS[3], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
+  end
+  i = i + 2 * n + 1
+  n = tonumber(ARGV[i])
+  for j = 1, n do
+    redis.call('SADD', KEYS[4], ARGV[i + j])
+  end
+  return 1
+end
+if op == 'open' then
+  redis.call('SET', KEYS[1], ARGV[3])
+  redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[4], '0', 'MKSTREAM')
+  return 1
+end
+return redis.error_reply('unknown op')

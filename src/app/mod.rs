@@ -1,0 +1,182 @@
+//! Builds the application: [`state::connect`] (connections and shared services),
+//! [`tasks::spawn_all`] (background tasks, each owned), [`server::http_server`]
+//! (routes), and the shutdown that stops them in order within one deadline.
+//!
+//! [`Application::build`] binds its own listener (port 0 picks a free one, see
+//! [`Application::port`]), so tests start the real application in-process.
+mod server;
+mod state;
+mod tasks;
+
+pub use state::{migrate, pg_pool, AppState};
+
+use crate::clock::Clock;
+use crate::config::Settings;
+use actix_web::dev::ServerHandle;
+use anyhow::{Context, Result};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+use tasks::Tasks;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How long a graceful shutdown may take in all, after the HTTP server stopped.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
+
+/// What one process runs (the subcommands of CONTRACT.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// API, outbox relay and order worker.
+    All,
+    /// API and outbox relay.
+    Serve,
+    /// Order worker only.
+    Worker,
+}
+
+impl Mode {
+    fn serves_http(self) -> bool {
+        self != Mode::Worker
+    }
+    fn relays(self) -> bool {
+        self != Mode::Worker
+    }
+    fn works(self) -> bool {
+        self != Mode::Serve
+    }
+}
+
+/// Knobs tests turn; production uses the defaults.
+#[derive(Clone)]
+pub struct Options {
+    pub clock: Clock,
+    /// Run the relay (tests turn it off to leave orders in the outbox).
+    pub relay: bool,
+    /// Run the worker where the mode has one.
+    pub worker: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            clock: Clock::system(),
+            relay: true,
+            worker: true,
+        }
+    }
+}
+
+pub struct Application {
+    port: Option<u16>,
+    server: Option<(ServerHandle, JoinHandle<std::io::Result<()>>)>,
+    tasks: Tasks,
+    stop: CancellationToken,
+    state: Arc<AppState>,
+}
+
+impl Application {
+    pub async fn build(settings: Settings, mode: Mode) -> Result<Self> {
+        Self::build_with(settings, mode, Options::default()).await
+    }
+
+    pub async fn build_with(settings: Settings, mode: Mode, opts: Options) -> Result<Self> {
+        if settings.jwt_secret_is_dev && mode.serves_http() {
+            tracing::warn!("SECKILL_JWT_SECRET is not set: using the DEVELOPMENT secret; anyone can mint tokens. Never run this in production.");
+        }
+        let stop = CancellationToken::new();
+        let connected = state::connect(settings, mode, &opts, &stop).await?;
+        let state = connected.state;
+        let mut tasks = Tasks::default();
+        tasks::spawn_all(&mut tasks, &state, mode, &opts, connected.background_sequences, &stop);
+        let (port, server) = if mode.serves_http() {
+            let listener = TcpListener::bind(&state.settings.http_addr)
+                .with_context(|| format!("binding {}", state.settings.http_addr))?;
+            let port = listener.local_addr()?.port();
+            tracing::info!(addr = %listener.local_addr()?, "listening");
+            let server = server::http_server(state.clone(), listener)?;
+            let handle = server.handle();
+            (Some(port), Some((handle, tokio::spawn(server))))
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            port,
+            server,
+            tasks,
+            stop,
+            state,
+        })
+    }
+
+    /// The port the API listens on (None for `worker`).
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// Cancelling it stops the background tasks (the server stops with
+    /// [`Application::shutdown`]).
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Runs until SIGTERM or SIGINT, then shuts down gracefully. A background task
+    /// that ends on its own (it should not: each runs until stopped) is reported and
+    /// stops the process too, with an error, so that its supervisor restarts it
+    /// rather than leaving it half alive.
+    pub async fn run_until_stopped(mut self) -> Result<()> {
+        let failure = tokio::select! {
+            _ = server::signal() => {
+                tracing::info!("signal received; shutting down");
+                None
+            }
+            failure = self.tasks.first_ended() => {
+                tracing::error!(failure = %failure, "shutting down");
+                Some(failure)
+            }
+        };
+        self.shutdown().await;
+        match failure {
+            Some(f) => anyhow::bail!(f),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops taking requests, lets requests and batches in progress finish, and
+    /// hands back what is held (unacked messages return to the queue); what is
+    /// still running at the deadline is aborted before the pools close.
+    pub async fn shutdown(self) {
+        if let Some((handle, join)) = self.server {
+            handle.stop(true).await;
+            let _ = join.await;
+        }
+        self.stop.cancel();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_DEADLINE;
+        self.tasks.stop(SHUTDOWN_DEADLINE).await;
+        // Lock watchdogs and releases, id block fetches: the rest of the same deadline.
+        for tracker in [self.state.locks.tasks(), self.state.ids.tasks()] {
+            tracker.close();
+            if tokio::time::timeout_at(deadline, tracker.wait()).await.is_err() {
+                tracing::warn!(left = tracker.len(), "tasks still running at the shutdown deadline");
+            }
+        }
+        self.state.broker.close().await;
+        self.state.pg.close().await;
+        self.state.background_pg.close().await;
+        tracing::info!("stopped");
+    }
+
+    /// Stops everything at once without finishing anything (crash tests).
+    pub async fn abort(self) {
+        if let Some((handle, join)) = self.server {
+            join.abort();
+            handle.stop(false).await;
+        }
+        self.stop.cancel();
+        self.tasks.abort();
+    }
+}

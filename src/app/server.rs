@@ -1,0 +1,105 @@
+//! The HTTP server: routes, the contract's error bodies for what actix refuses
+//! before a handler runs, and the signals that stop the process.
+use super::AppState;
+use crate::http::auth::JwtKeys;
+use crate::http::{health, ApiError};
+use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpServer};
+use anyhow::Result;
+use std::net::TcpListener;
+use std::sync::Arc;
+use tracing_actix_web::TracingLogger;
+
+/// Until SIGTERM or SIGINT.
+pub async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
+    let jwt = web::Data::new(JwtKeys::new(state.settings.jwt_secret.expose()));
+    let limit = state.settings.body_limit;
+    let admission = web::Data::from(state.admission.clone());
+    let metrics = web::Data::from(state.metrics.clone());
+    let state = web::Data::from(state);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(actix_web::middleware::from_fn(crate::http::admission::admit))
+            .wrap(TracingLogger::<crate::http::request_span::RequestSpan>::new())
+            .app_data(state.clone())
+            .app_data(admission.clone())
+            .app_data(metrics.clone())
+            .app_data(jwt.clone())
+            .app_data(web::JsonConfig::default().limit(limit).error_handler(json_error))
+            .app_data(web::PayloadConfig::new(limit))
+            .app_data(web::PathConfig::default().error_handler(path_error))
+            .app_data(web::QueryConfig::default().error_handler(query_error))
+            .route("/health/live", web::get().to(health::live))
+            .route("/health/ready", web::get().to(health::ready))
+            .route("/metrics", web::get().to(health::metrics))
+            .configure(crate::http::openapi::configure)
+            .service(
+                // The order routes first: actix-router tries patterns in the order
+                // they were registered, and the order endpoint is the hot one.
+                web::scope("/api/v1")
+                    .configure(crate::http::orders::configure)
+                    .configure(crate::http::vouchers::configure)
+                    .configure(crate::http::sequences::configure),
+            )
+            .default_service(web::to(not_found))
+    })
+    .listen(listener)?
+    // Signals are ours: shutdown also stops the relay and worker in order.
+    .disable_signals()
+    .shutdown_timeout(10)
+    .run();
+    Ok(server)
+}
+
+fn json_error(err: JsonPayloadError, _: &HttpRequest) -> actix_web::Error {
+    let e = match &err {
+        JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the request body is too large",
+        ),
+        JsonPayloadError::ContentType => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as application/json",
+        ),
+        other => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("the body is not valid JSON: {other}"),
+        ),
+    };
+    e.into()
+}
+
+fn path_error(err: PathError, _: &HttpRequest) -> actix_web::Error {
+    ApiError::validation("path", err).into()
+}
+
+fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
+    ApiError::validation("query", err).into()
+}
+
+async fn not_found(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+    use actix_web::HttpMessage;
+    req.extensions_mut().insert(crate::http::admission::Unmatched);
+    Err(ApiError::not_found(
+        "not_found",
+        format!("no route for {} {}", req.method(), req.path()),
+    ))
+}

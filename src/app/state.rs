@@ -1,0 +1,206 @@
+//! What the process holds: its connections and the services built on them.
+use super::{Mode, Options};
+use crate::broker::Broker;
+use crate::clock::Clock;
+use crate::config::Settings;
+use crate::keys::Keys;
+use crate::order::id_worker::IdWorker;
+use crate::redis_conn::Redis;
+use crate::sequence::counter::DurableCounter;
+use crate::sequence::Sequences;
+use crate::voucher::cache::VoucherCache;
+use anyhow::{Context, Result};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub settings: Settings,
+    /// For request handlers.
+    pub pg: PgPool,
+    /// For background tasks (worker, cache, id blocks): its connections live on the
+    /// main runtime, not on an HTTP worker's, so they outlive the HTTP server during
+    /// shutdown.
+    pub background_pg: PgPool,
+    pub redis: Redis,
+    pub keys: Keys,
+    pub cache: Arc<VoucherCache>,
+    pub ids: Arc<IdWorker>,
+    pub clock: Clock,
+    pub broker: Arc<Broker>,
+    pub sequences: Sequences,
+    /// Names this process in Redis consumer groups and logs.
+    pub instance: String,
+    pub admission: Arc<crate::http::admission::Admission>,
+    pub locks: Arc<crate::lock::LockService>,
+    pub lifecycle: crate::order::lifecycle::Lifecycle,
+    pub user_serializer: crate::lock::user::UserSerializer,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub epoch_guard: Arc<crate::epoch::EpochGuard>,
+    /// The order path: cache, id worker, Redis, clocks.
+    pub orders: crate::order::place::OrderDesk,
+    /// Where orders are read from.
+    pub lookup: crate::order::status::Lookup,
+    /// Whether this process's clock is close enough to Postgres's to sell.
+    pub clock_skew: Arc<crate::clock_skew::ClockSkew>,
+}
+
+/// A pool that connects lazily, so that the process starts while Postgres is down.
+pub fn pg_pool(settings: &Settings) -> Result<PgPool> {
+    let opts = PgConnectOptions::from_str(settings.database_url.expose())
+        .context("DATABASE_URL is not a valid Postgres URL")?;
+    // No statement may outlive the dependency deadline by much: a query stuck on a
+    // lock or a sick server fails instead of holding its connection forever.
+    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
+    let opts = opts.options([("statement_timeout", deadline_ms.to_string())]);
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.db_max_connections)
+        .acquire_timeout(settings.dependency_timeout)
+        .connect_lazy_with(opts))
+}
+
+/// Applies pending migrations and makes the default `order` sequence rule exist.
+pub async fn migrate(pg: &PgPool, sequences: &Sequences, settings: &Settings) -> Result<()> {
+    sqlx::migrate!("./migrations")
+        .run(pg)
+        .await
+        .context("applying migrations")?;
+    sequences.ensure_order_rule(settings.time_zone).await
+}
+
+/// The state, and the sequences the background tasks use (on the background pool).
+pub struct Connected {
+    pub state: Arc<AppState>,
+    pub background_sequences: Sequences,
+}
+
+/// Makes the pools and clients (lazily: the process starts while a dependency is
+/// down), migrates if asked, loads the voucher cache, checks the Redis server once,
+/// and builds the services every handler and task shares.
+pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &CancellationToken) -> Result<Connected> {
+    let keys = Keys::new(&settings.namespace);
+    let pg = pg_pool(&settings)?;
+    let background_pg = pg_pool(&settings)?;
+    let redis = Redis::new(settings.redis_url.expose(), settings.dependency_timeout)
+        .context("REDIS_URL is not a valid Redis URL")?;
+    let broker = Arc::new(Broker::new(
+        settings.amqp_url.expose(),
+        keys.clone(),
+        settings.dependency_timeout,
+        settings.delivery_limit,
+    ));
+    let background_counter = DurableCounter::new(redis.clone(), background_pg.clone(), keys.clone());
+    let background_sequences = Sequences::new(background_counter.clone(), background_pg.clone(), opts.clock.clone());
+    let sequences = Sequences::new(
+        DurableCounter::new(redis.clone(), pg.clone(), keys.clone()),
+        pg.clone(),
+        opts.clock.clone(),
+    );
+    if settings.migrate_on_start && mode.serves_http() {
+        migrate(&background_pg, &background_sequences, &settings).await?;
+    } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
+        tracing::warn!(error = %format!("{e:#}"), "could not check the default order rule");
+    }
+    let cache = Arc::new(VoucherCache::default());
+    if let Err(e) = cache.reload(&background_pg, true).await {
+        tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
+    }
+    let admission = Arc::new(crate::http::admission::Admission::new(&settings));
+    let instance = uuid::Uuid::new_v4().simple().to_string();
+    // Its release subscription is one of the owned background tasks.
+    let locks = crate::lock::LockService::new(
+        redis.clone(),
+        keys.clone(),
+        &instance,
+        settings.lock_lease,
+        stop.clone(),
+    );
+    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let lifecycle = crate::order::lifecycle::Lifecycle {
+        pg: pg.clone(),
+        redis: redis.clone(),
+        keys: keys.clone(),
+    };
+    let epoch_guard = Arc::new(crate::epoch::EpochGuard {
+        redis: redis.clone(),
+        pg: background_pg.clone(),
+        keys: keys.clone(),
+        cache: cache.clone(),
+        broker: broker.clone(),
+        quiet: Duration::from_millis(500),
+        metrics: metrics.clone(),
+        durability: Default::default(),
+    });
+    // Before the first order: which Redis is this, and does Postgres vouch for it?
+    // A repair can take long (it waits for what is in flight): start-up waits a
+    // little for it, then goes on while it finishes in the background (orders get
+    // 503 meanwhile). Spawned, so that giving up waiting never cuts it short.
+    let first_check = {
+        let guard = epoch_guard.clone();
+        tokio::spawn(async move { guard.check_and_repair().await })
+    };
+    match tokio::time::timeout(Duration::from_secs(10), first_check).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %format!("{e:#}"), "Redis not verified yet; orders get 503 until it is")
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "the first Redis check failed"),
+        Err(_) => tracing::warn!("Redis is being repaired; orders get 503 until it is done"),
+    }
+    let clock_skew = Arc::new(crate::clock_skew::ClockSkew::new(settings.max_clock_skew));
+    if let Err(e) = clock_skew.check(&background_pg, &opts.clock).await {
+        tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
+    }
+    let ids = IdWorker::new(background_counter, opts.clock.clone(), settings.id_block);
+    if mode.serves_http() {
+        if let Err(e) = ids.warm_up().await {
+            tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");
+        }
+    }
+    let orders = crate::order::place::OrderDesk {
+        cache: cache.clone(),
+        ids: ids.clone(),
+        redis: redis.clone(),
+        keys: keys.clone(),
+        clock: opts.clock.clone(),
+        clock_skew: clock_skew.clone(),
+        metrics: metrics.clone(),
+    };
+    let lookup = crate::order::status::Lookup {
+        pg: pg.clone(),
+        redis: redis.clone(),
+        keys: keys.clone(),
+        cache: cache.clone(),
+    };
+    let state = Arc::new(AppState {
+        orders,
+        lookup,
+        ids,
+        settings,
+        pg,
+        background_pg: background_pg.clone(),
+        redis,
+        keys,
+        cache,
+        clock: opts.clock.clone(),
+        broker,
+        sequences,
+        instance,
+        admission,
+        locks,
+        user_serializer,
+        lifecycle,
+        metrics: metrics.clone(),
+        epoch_guard,
+        clock_skew,
+    });
+    Ok(Connected {
+        state,
+        background_sequences,
+    })
+}

@@ -1,0 +1,202 @@
+//! The background tasks: every one owned by one `JoinSet`, named, reported if it
+//! ends before the process stops, and stopped together within one deadline.
+use super::{AppState, Mode, Options};
+use crate::outbox::Relay;
+use crate::sequence::Sequences;
+use crate::voucher::cache;
+use crate::worker::Worker;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+pub struct Tasks {
+    set: JoinSet<&'static str>,
+}
+
+impl Tasks {
+    pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
+        self.set.spawn(async move {
+            task.await;
+            name
+        });
+    }
+
+    /// The first task to end: before the process stops, none should (each runs
+    /// until its stop token), so this is a failure to report. Pending forever if
+    /// there are no tasks.
+    pub async fn first_ended(&mut self) -> String {
+        match self.set.join_next().await {
+            Some(Ok(name)) => format!("background task '{name}' ended"),
+            Some(Err(e)) if e.is_panic() => format!("a background task panicked: {e}"),
+            Some(Err(e)) => format!("a background task was cancelled: {e}"),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Waits for the tasks (already told to stop) until `deadline`, then aborts the
+    /// rest.
+    pub async fn stop(mut self, deadline: Duration) {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            match tokio::time::timeout_at(until, self.set.join_next()).await {
+                Ok(None) => return,
+                Ok(Some(Err(e))) if e.is_panic() => tracing::error!(error = %e, "a background task panicked"),
+                Ok(Some(_)) => {}
+                Err(_) => {
+                    tracing::warn!(
+                        left = self.set.len(),
+                        "background tasks still running at the shutdown deadline; aborting them"
+                    );
+                    self.set.shutdown().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Stops every task at once (crash tests).
+    pub fn abort(mut self) {
+        self.set.abort_all();
+        self.set.detach_all();
+    }
+}
+
+/// Starts the background tasks of `mode`.
+pub fn spawn_all(
+    tasks: &mut Tasks,
+    state: &Arc<AppState>,
+    mode: Mode,
+    opts: &Options,
+    background_sequences: Sequences,
+    stop: &CancellationToken,
+) {
+    tasks.spawn("lock releases", state.locks.follow_releases(stop.clone()));
+    tasks.spawn(
+        "voucher cache",
+        cache::follow(
+            state.cache.clone(),
+            state.background_pg.clone(),
+            state.redis.clone(),
+            state.keys.clone(),
+            stop.clone(),
+        ),
+    );
+    {
+        let (admission, stop) = (state.admission.clone(), stop.clone());
+        tasks.spawn("admission sweeper", async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = every.tick() => admission.forget_idle(),
+                }
+            }
+        });
+    }
+    if mode.relays() && opts.relay {
+        let relay = Relay::new(
+            &state.redis,
+            state.keys.clone(),
+            state.cache.clone(),
+            state.broker.clone(),
+            format!("relay-{}", state.instance),
+            &state.settings,
+            state.metrics.clone(),
+        );
+        let stop = stop.clone();
+        tasks.spawn("relay", async move { relay.run(stop).await });
+    }
+    let worker = (mode.works() && opts.worker).then(|| {
+        Arc::new(Worker::new(
+            crate::worker::persist::Ctx {
+                pg: state.background_pg.clone(),
+                sequences: background_sequences.clone(),
+                redis: state.redis.clone(),
+                keys: state.keys.clone(),
+            },
+            state.broker.clone(),
+            &state.settings,
+            state.metrics.clone(),
+        ))
+    });
+    tasks.spawn(
+        "clock skew",
+        state
+            .clock_skew
+            .clone()
+            .run(state.background_pg.clone(), state.clock.clone(), stop.clone()),
+    );
+    {
+        // Every process checks the Redis server it talks to; one at a time repairs.
+        let guard = state.epoch_guard.clone();
+        let stop = stop.clone();
+        tasks.spawn("redis epoch guard", async move { guard.run(stop).await });
+    }
+    if mode.serves_http() {
+        // Keeps seckill_sales_unbalanced (served at /metrics) current.
+        let watch = crate::voucher::audit::Watch {
+            pg: state.background_pg.clone(),
+            redis: state.redis.clone(),
+            keys: state.keys.clone(),
+            cache: state.cache.clone(),
+            clock: state.clock.clone(),
+            metrics: state.metrics.clone(),
+            every: state.settings.audit_interval,
+        };
+        tasks.spawn("audit", watch.run(stop.clone()));
+    }
+    if let Some(w) = &worker {
+        let (w, worker_stop) = (w.clone(), stop.clone());
+        tasks.spawn("worker", async move { w.run(worker_stop).await });
+        tasks.spawn(
+            "worker heartbeat",
+            worker
+                .clone()
+                .expect("worker")
+                .heartbeat(crate::worker::HEARTBEAT_EVERY, stop.clone()),
+        );
+        // Background work uses the background pool.
+        let background_lifecycle = crate::order::lifecycle::Lifecycle {
+            pg: state.background_pg.clone(),
+            ..state.lifecycle.clone()
+        };
+        tasks.spawn(
+            "payment timeouts",
+            crate::worker::timeout::run(state.broker.clone(), background_lifecycle.clone(), stop.clone()),
+        );
+        tasks.spawn("recovery", recovery(state.clone(), background_lifecycle, stop.clone()));
+    }
+}
+
+/// On one instance at a time: finish stock returns a crash interrupted, and cancel
+/// unpaid orders whose timeout message was lost (a minute past their window).
+async fn recovery(
+    state: Arc<AppState>,
+    background_lifecycle: crate::order::lifecycle::Lifecycle,
+    stop: CancellationToken,
+) {
+    let every = Duration::from_secs(5);
+    crate::lock::singleton::run(state.locks.clone(), "order-recovery", every, stop, || {
+        let (background_lifecycle, state) = (background_lifecycle.clone(), state.clone());
+        async move {
+            let returned = background_lifecycle.recover_returns(every).await?;
+            let topped_up = background_lifecycle.recover_topups(every).await?;
+            let swept = background_lifecycle
+                .sweep_unpaid(state.settings.payment_window + Duration::from_secs(60))
+                .await?;
+            if returned + topped_up + swept > 0 {
+                tracing::info!(
+                    returned,
+                    topped_up,
+                    swept,
+                    "recovery finished stock returns and cancelled overdue orders"
+                );
+            }
+            Ok(())
+        }
+    })
+    .await
+}

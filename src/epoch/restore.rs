@@ -1,0 +1,157 @@
+//! Rewriting one sale in Redis from Postgres and its outbox, fenced by the epoch.
+use super::EpochGuard;
+use crate::keys::RELAY_GROUP;
+use anyhow::{bail, Context, Result};
+use redis::Script;
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sale_restore.lua")));
+
+impl EpochGuard {
+    /// Rewrites one sale from Postgres and its outbox stream, fenced by `epoch`.
+    pub(super) async fn restore_sale(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        epoch: i64,
+        voucher: i64,
+        pg_stock: i32,
+    ) -> Result<()> {
+        let k = &self.keys;
+        let orders: Vec<(i64, i64, chrono::DateTime<chrono::Utc>, String)> =
+            sqlx::query_as("SELECT id, user_id, created_at, status FROM voucher_orders WHERE voucher_id = $1")
+                .bind(voucher)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut conn = self.redis.conn().await?;
+        let fenced = |op: &str| {
+            let mut inv = RESTORE.key(k.stock(voucher));
+            inv.key(k.buyers(voucher))
+                .key(k.orders(voucher))
+                .key(k.returned(voucher))
+                .key(k.outbox(voucher))
+                .key(k.repair_fence(voucher))
+                .arg(epoch)
+                .arg(op);
+            inv
+        };
+        let check = |ok: i64| -> Result<()> {
+            if ok != 1 {
+                bail!("a newer repair took voucher {voucher}; this one stops");
+            }
+            Ok(())
+        };
+        // First close the sale (its stock key goes): an instance that has not noticed
+        // the repair yet can admit nothing more, so the outbox read next is complete.
+        check(
+            fenced("reset")
+                .invoke_async(&mut conn)
+                .await
+                .context("sale_restore.lua reset")?,
+        )?;
+        let outbox = read_outbox(&mut conn, &k.outbox(voucher)).await?;
+        let stored: HashSet<i64> = orders.iter().map(|o| o.0).collect();
+        let mut buyers: HashMap<i64, i64> = HashMap::new();
+        let mut index: Vec<(i64, String)> = Vec::with_capacity(orders.len() + outbox.len());
+        let mut returned = Vec::new();
+        for (id, user, at, status) in &orders {
+            index.push((*id, format!("{user}:{}", at.timestamp_millis())));
+            match status.as_str() {
+                "created" | "paid" => {
+                    buyers.insert(*user, *id);
+                }
+                "cancelled" => returned.push(*id),
+                _ => {}
+            }
+        }
+        let mut in_flight = HashSet::new();
+        for o in outbox.iter().filter(|o| !stored.contains(&o.id)) {
+            if !in_flight.insert(o.id) {
+                continue;
+            }
+            index.push((o.id, format!("{}:{}", o.user_id, o.created_ms)));
+            if let Some(other) = buyers.insert(o.user_id, o.id) {
+                tracing::error!(
+                    voucher,
+                    user_id = o.user_id,
+                    order_id = o.id,
+                    other,
+                    "INCIDENT: a shopper has two admitted orders (one in the outbox)"
+                );
+            }
+        }
+        let mut stock_left = pg_stock as i64 - in_flight.len() as i64;
+        if stock_left < 0 {
+            tracing::error!(
+                voucher,
+                pg_stock,
+                in_flight = in_flight.len(),
+                "INCIDENT: more orders in flight than Postgres has stock"
+            );
+            stock_left = 0;
+        }
+        let buyers: Vec<(i64, i64)> = buyers.into_iter().collect();
+        const CHUNK: usize = 2000;
+        let rounds = buyers.len().max(index.len()).max(returned.len()).div_ceil(CHUNK);
+        for r in 0..rounds {
+            let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
+            let mut inv = fenced("fill");
+            let b = &buyers[part(buyers.len())];
+            inv.arg(b.len());
+            for (user, id) in b {
+                inv.arg(user).arg(id);
+            }
+            let o = &index[part(index.len())];
+            inv.arg(o.len());
+            for (id, v) in o {
+                inv.arg(id).arg(v);
+            }
+            let ret = &returned[part(returned.len())];
+            inv.arg(ret.len());
+            for id in ret {
+                inv.arg(id);
+            }
+            check(inv.invoke_async(&mut conn).await.context("sale_restore.lua fill")?)?;
+        }
+        let mut open = fenced("open");
+        open.arg(stock_left).arg(RELAY_GROUP);
+        check(open.invoke_async(&mut conn).await.context("sale_restore.lua open")?)?;
+        crate::voucher::stock::register_outbox(&self.redis, k, voucher).await?;
+        tracing::warn!(
+            voucher,
+            stock_left,
+            persisted = orders.len(),
+            in_outbox = in_flight.len(),
+            "flash sale rebuilt in Redis"
+        );
+        Ok(())
+    }
+}
+
+/// Every order still in an outbox stream (relayed or not: the stream keeps an entry
+/// until its relay's publish was confirmed).
+pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str) -> Result<Vec<crate::order::OrderMsg>> {
+    let mut out = Vec::new();
+    let mut from = "-".to_owned();
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(conn)
+            .await
+            .context("reading an outbox")?;
+        let n = reply.ids.len();
+        for e in &reply.ids {
+            if let Some(o) = crate::outbox::relay::parse_entry(e, 0) {
+                out.push(o);
+            }
+        }
+        match reply.ids.last() {
+            Some(last) if n == 5000 => from = format!("({}", last.id),
+            _ => return Ok(out),
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! `POST /api/v1/orders/{order_id}/pay` and `.../cancel`: owner only, one request
+//! of a shopper at a time across instances (per-user serialization).
+use super::auth::Caller;
+use super::error::ErrorBody;
+use super::responses::{BadRequest, OrderNotFound, RateLimited, Unauthorized, Unavailable};
+use super::ApiError;
+use crate::app::AppState;
+use crate::id;
+use crate::order::lifecycle::Canceller;
+use crate::order::Order;
+use actix_web::web;
+
+fn order_id(raw: &str) -> Result<i64, ApiError> {
+    id::parse_str(raw).map_err(|e| ApiError::validation("order_id", e))
+}
+
+/// Why the conditional update changed nothing: 404 if the caller cannot see the
+/// order, else 409 `code` naming its state.
+async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static str, verb: &str) -> ApiError {
+    match state.lookup.find(order_id).await {
+        Ok(Some(o)) if o.user_id == caller.user_id => {
+            ApiError::conflict(code, format!("an order that is {} cannot be {verb}", o.status))
+        }
+        Ok(_) => ApiError::not_found("order_not_found", "no such order"),
+        Err(e) => e.into(),
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/orders/{order_id}/pay", tag = "orders", security(("bearer" = [])),
+    params(("order_id" = i64, Path, minimum = 1, description = "order id")),
+    responses((status = 200, description = "the order, status paid", body = Order),
+        BadRequest, Unauthorized, OrderNotFound,
+        (status = 409, body = ErrorBody,
+            description = "order_not_payable (it is not created), request_in_progress"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(order_id = %path))]
+pub async fn pay(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<web::Json<Order>, ApiError> {
+    let id = order_id(&path)?;
+    // The guarded future owns a handle on the state (the serializer borrows the other).
+    let owned = state.clone();
+    state
+        .user_serializer
+        .run(caller.user_id, async move {
+            match owned.lifecycle.pay(id, caller.user_id).await? {
+                Some(o) => Ok(web::Json(o)),
+                None => Err(refusal(&owned, id, caller, "order_not_payable", "paid").await),
+            }
+        })
+        .await
+}
+
+#[utoipa::path(post, path = "/api/v1/orders/{order_id}/cancel", tag = "orders", security(("bearer" = [])),
+    params(("order_id" = i64, Path, minimum = 1, description = "order id")),
+    responses((status = 200, description = "the order, status cancelled", body = Order),
+        BadRequest, Unauthorized, OrderNotFound,
+        (status = 409, body = ErrorBody,
+            description = "order_not_cancellable (it is not created), request_in_progress"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(order_id = %path))]
+pub async fn cancel(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<web::Json<Order>, ApiError> {
+    let id = order_id(&path)?;
+    let owned = state.clone();
+    state
+        .user_serializer
+        .run(caller.user_id, async move {
+            match owned.lifecycle.cancel(id, Canceller::Owner(caller.user_id)).await? {
+                Some(o) => Ok(web::Json(o)),
+                None => Err(refusal(&owned, id, caller, "order_not_cancellable", "cancelled").await),
+            }
+        })
+        .await
+}

@@ -1,0 +1,85 @@
+//! The order routes: placing one (the hot path), reading one, and the caller's
+//! order for a voucher. Pay and cancel are in [`super::lifecycle`].
+use super::auth::Caller;
+use super::error::ErrorBody;
+use super::path::path_id;
+use super::responses::{BadRequest, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::ApiError;
+use crate::app::AppState;
+use crate::id;
+use crate::order::{Accepted, Order};
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/vouchers/{id}/orders", web::post().to(place))
+        .route("/vouchers/{id}/orders/mine", web::get().to(mine))
+        .route("/orders/{order_id}", web::get().to(get))
+        .route("/orders/{order_id}/pay", web::post().to(super::lifecycle::pay))
+        .route("/orders/{order_id}/cancel", web::post().to(super::lifecycle::cancel));
+}
+
+fn not_found() -> ApiError {
+    ApiError::not_found("order_not_found", "no such order")
+}
+
+#[utoipa::path(post, path = "/api/v1/vouchers/{id}/orders", tag = "orders", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 202, description = "admitted; pending until the worker persists it", body = Accepted),
+        BadRequest, Unauthorized, VoucherNotFound,
+        (status = 409, body = ErrorBody,
+            description = "not_a_flash_sale, sale_not_started, sale_ended, sold_out, already_ordered"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+pub async fn place(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    // The admission middleware counts only the refusals that never got here.
+    req.extensions_mut().insert(super::admission::HandlerRan);
+    let voucher_id = path_id(&path)?;
+    if let Err(limited) = state.admission.check_user(caller.user_id) {
+        state.metrics.order("rate_limited");
+        return Err(limited);
+    }
+    let placed = state.orders.place(voucher_id, caller.user_id).await;
+    state.metrics.order(match &placed {
+        Ok(_) => "accepted",
+        Err(refusal) => refusal.outcome(),
+    });
+    Ok(HttpResponse::Accepted().json(Accepted::new(placed?)))
+}
+
+#[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])),
+    params(("order_id" = i64, Path, minimum = 1, description = "order id")),
+    responses((status = 200, description = "the order (its owner's, or any for an admin)", body = Order),
+        BadRequest, Unauthorized, OrderNotFound, RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(order_id = %path))]
+pub async fn get(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<web::Json<Order>, ApiError> {
+    let order_id = id::parse_str(&path).map_err(|e| ApiError::validation("order_id", e))?;
+    match state.lookup.find(order_id).await? {
+        // Someone else's order looks exactly like a missing one.
+        Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(web::Json(o)),
+        _ => Err(not_found()),
+    }
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/orders/mine", tag = "orders", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "the caller's order for the voucher", body = Order),
+        BadRequest, Unauthorized, OrderNotFound, RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn mine(
+    state: web::Data<AppState>,
+    caller: Caller,
+    path: web::Path<String>,
+) -> Result<web::Json<Order>, ApiError> {
+    let voucher_id = path_id(&path)?;
+    let order = state.lookup.mine(voucher_id, caller.user_id).await?;
+    order.map(web::Json).ok_or_else(not_found)
+}

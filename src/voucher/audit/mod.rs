@@ -1,0 +1,272 @@
+//! The books of a flash sale (`GET /api/v1/admin/vouchers/{id}/audit`) and the
+//! `seckill_sales_unbalanced` gauge.
+//!
+//! Every unit ever put on sale (`stock`, Postgres's `total_stock`) is, at any
+//! moment, in exactly one of three places:
+//!
+//! - still on sale in Redis (the stock key);
+//! - in an order Redis admitted that has not reached Postgres yet (in the outbox,
+//!   in RabbitMQ, in a worker's hands): the orders Redis ever admitted (its orders
+//!   hash) minus the orders Postgres holds, whatever their status;
+//! - in a live order in Postgres (`created` or `paid`).
+//!
+//! A cancelled order's unit went back to Redis (its stock key and its `returned`
+//! set); a `failed` order is an incident and leaves the books unbalanced. Postgres
+//! keeps its own books as well: its `stock` is `total_stock` minus the live orders.
+//!
+//! The Redis half is read in one `MULTI` and the Postgres half in one statement,
+//! Redis first: orders admitted or persisted meanwhile move a unit between two
+//! places the same read sees, so they never unbalance the books. A cancellation or
+//! a top-up (Postgres and Redis written one after the other) can fall between the
+//! two reads: one audit may then be off by that unit, the next is not. The gauge
+//! therefore counts a sale only when two consecutive audits, `SECKILL_AUDIT_INTERVAL_MS`
+//! (5 s) apart, found it unbalanced.
+use crate::broker::Broker;
+use crate::clock::Clock;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
+use crate::voucher::cache::VoucherCache;
+use anyhow::{Context, Result};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde::Serialize;
+use sqlx::PgPool;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+/// How long the audit waits for RabbitMQ's queue depth before it reports none.
+const QUEUE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The books of one flash sale.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Audit {
+    #[serde(with = "crate::id")]
+    #[schema(value_type = String, example = "42")]
+    pub voucher_id: i64,
+    /// Everything ever put on sale: the initial stock plus top-ups
+    /// (`seckill_vouchers.total_stock`).
+    pub stock: i64,
+    pub redis: RedisBooks,
+    pub in_flight: InFlight,
+    pub postgres: PostgresBooks,
+    /// True when all three `checks` hold.
+    pub balanced: bool,
+    pub checks: Checks,
+}
+
+/// What Redis holds for the sale.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = AuditRedis)]
+pub struct RedisBooks {
+    /// Units still on sale; null if Redis has no stock key for the sale (it lost it,
+    /// or the sale is being repaired).
+    #[schema(required = true)]
+    pub stock_remaining: Option<i64>,
+    /// Every order Redis ever admitted for the sale (persisted or not, whatever its
+    /// status now).
+    pub orders_admitted: i64,
+    /// Cancelled orders whose unit went back on sale in Redis.
+    pub units_returned: i64,
+    /// Entries in the sale's outbox stream: admitted orders whose publish RabbitMQ
+    /// has not confirmed yet.
+    pub outbox: i64,
+}
+
+/// Orders between Redis and Postgres.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = AuditInFlight)]
+pub struct InFlight {
+    /// Admitted orders not yet in Postgres: `redis.orders_admitted` minus the
+    /// sale's orders in Postgres (all statuses). Wherever they are: the outbox,
+    /// RabbitMQ, a worker.
+    pub orders: i64,
+    /// Entries in the sale's outbox stream (`redis.outbox`): not yet published.
+    /// An entry leaves once RabbitMQ confirmed its publish, which can be a moment
+    /// after the worker stored the order.
+    pub outbox: i64,
+    /// Messages ready in the orders queue. The queue is shared by every sale of the
+    /// deployment (a message carries a batch of orders), so this is the whole
+    /// pipeline's backlog, not this sale's. Null if RabbitMQ did not answer.
+    #[schema(required = true)]
+    pub queue_ready: Option<i64>,
+}
+
+/// What Postgres holds for the sale.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = AuditPostgres)]
+pub struct PostgresBooks {
+    pub created: i64,
+    pub paid: i64,
+    pub cancelled: i64,
+    /// Orders Redis admitted that the database refused (incidents).
+    pub failed: i64,
+    /// Units Postgres has not sold (`seckill_vouchers.stock`).
+    pub stock: i64,
+    /// Cancellations whose unit is not back in Redis yet (`stock_returns` not done).
+    pub returns_pending: i64,
+}
+
+/// Each condition of `balanced`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(as = AuditChecks)]
+pub struct Checks {
+    /// `stock` = `redis.stock_remaining` + `in_flight.orders` + live orders
+    /// (`postgres.created` + `postgres.paid`).
+    pub units_accounted_for: bool,
+    /// `postgres.stock` = `stock` − live orders.
+    pub postgres_stock: bool,
+    /// `postgres.returns_pending` = 0.
+    pub no_returns_pending: bool,
+}
+
+impl Checks {
+    /// Judges the books.
+    pub fn of(stock: i64, redis: &RedisBooks, in_flight: &InFlight, postgres: &PostgresBooks) -> Self {
+        let live = postgres.created + postgres.paid;
+        Self {
+            units_accounted_for: redis
+                .stock_remaining
+                .is_some_and(|left| stock == left + in_flight.orders + live),
+            postgres_stock: postgres.stock == stock - live,
+            no_returns_pending: postgres.returns_pending == 0,
+        }
+    }
+
+    pub fn all(&self) -> bool {
+        self.units_accounted_for && self.postgres_stock && self.no_returns_pending
+    }
+}
+
+/// What an audit found for an id.
+#[derive(Debug)]
+pub enum Lookup {
+    Found(Audit),
+    NotFound,
+    /// An ordinary voucher: it has no stock, hence no books.
+    NotAFlashSale,
+}
+
+/// The sale's books, with the orders queue's depth.
+pub async fn audit(pg: &PgPool, redis: &Redis, keys: &Keys, broker: &Broker, voucher_id: i64) -> Result<Lookup> {
+    let mut found = books(pg, redis, keys, voucher_id).await?;
+    if let Lookup::Found(a) = &mut found {
+        a.in_flight.queue_ready = queue_ready(broker).await;
+    }
+    Ok(found)
+}
+
+/// The sale's books without asking RabbitMQ (`in_flight.queue_ready` is null);
+/// `balanced` does not depend on it.
+pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<Lookup> {
+    // Redis first, in one MULTI: every key shares the sale's hash tag.
+    let mut conn = redis.conn().await?;
+    let (stock_remaining, orders_admitted, units_returned, outbox): (Option<i64>, i64, i64, i64) = redis::pipe()
+        .atomic()
+        .get(keys.stock(voucher_id))
+        .hlen(keys.orders(voucher_id))
+        .scard(keys.returned(voucher_id))
+        .cmd("XLEN")
+        .arg(keys.outbox(voucher_id))
+        .query_async(&mut conn)
+        .await
+        .context("reading the sale's books in Redis")?;
+    // Then Postgres, in one statement (one snapshot).
+    type Row = (Option<i64>, Option<i64>, i64, i64, i64, i64, i64);
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT s.total_stock::int8, s.stock::int8, o.created, o.paid, o.cancelled, o.failed, r.pending
+           FROM vouchers v
+           LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
+          CROSS JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE status = 'created')   AS created,
+                       count(*) FILTER (WHERE status = 'paid')      AS paid,
+                       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+                       count(*) FILTER (WHERE status = 'failed')    AS failed
+                  FROM voucher_orders WHERE voucher_id = v.id) o
+          CROSS JOIN LATERAL (
+                SELECT count(*) AS pending
+                  FROM stock_returns WHERE voucher_id = v.id AND done_at IS NULL) r
+          WHERE v.id = $1",
+    )
+    .bind(voucher_id)
+    .fetch_optional(pg)
+    .await
+    .context("reading the sale's books in Postgres")?;
+    let Some((total, pg_stock, created, paid, cancelled, failed, returns_pending)) = row else {
+        return Ok(Lookup::NotFound);
+    };
+    let (Some(stock), Some(pg_stock)) = (total, pg_stock) else {
+        return Ok(Lookup::NotAFlashSale);
+    };
+    let redis = RedisBooks {
+        stock_remaining,
+        orders_admitted,
+        units_returned,
+        outbox,
+    };
+    let in_flight = InFlight {
+        orders: orders_admitted - (created + paid + cancelled + failed),
+        outbox,
+        queue_ready: None,
+    };
+    let postgres = PostgresBooks {
+        created,
+        paid,
+        cancelled,
+        failed,
+        stock: pg_stock,
+        returns_pending,
+    };
+    let checks = Checks::of(stock, &redis, &in_flight, &postgres);
+    Ok(Lookup::Found(Audit {
+        voucher_id,
+        stock,
+        redis,
+        in_flight,
+        postgres,
+        balanced: checks.all(),
+        checks,
+    }))
+}
+
+/// Ready messages in the orders queue (a passive declare, as the Redis repair
+/// reads it); None if RabbitMQ does not answer in time.
+async fn queue_ready(broker: &Broker) -> Option<i64> {
+    let read = async {
+        let (conn, ch) = broker.open().await?;
+        let q = ch
+            .queue_declare(
+                &broker.keys().orders_queue(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .context("reading the orders queue depth");
+        let _ = conn.close(200, "audited").await;
+        anyhow::Ok(q?.message_count() as i64)
+    };
+    match tokio::time::timeout(QUEUE_DEADLINE, read).await {
+        Ok(Ok(n)) => Some(n),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "audit: no orders queue depth");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("audit: RabbitMQ did not tell the orders queue depth in time");
+            None
+        }
+    }
+}
+
+mod watch;
+
+pub use watch::{Streak, Watch};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+//! Stock top-ups: Postgres first, then Redis once per top-up, like stock returns.
+//!
+//! [`record`] raises the sale's stock and total in Postgres and records a pending
+//! top-up in the caller's transaction. After the commit, [`apply`] adds the units
+//! to the Redis stock (`lua/stock_topup.lua`, idempotent per top-up id: a set of
+//! applied ids in the voucher's hash tag) and marks the top-up done. A crash or an
+//! outage between the two leaves the top-up pending; [`recover`] (the
+//! `order-recovery` round) finishes it. So Redis never holds units Postgres lacks
+//! (they would be sold and stored `failed`), and no failure after the commit can
+//! take units back out.
+//!
+//! A Redis that lost the sale refuses (the stock key is missing): the top-up stays
+//! pending, and the repair that rebuilds the sale from Postgres ([`crate::epoch`]),
+//! whose stock already counts it, marks it done. Against a repair running at the
+//! same moment, [`apply`] holds the top-up's row locked from before the Redis step
+//! until it is marked done (the repair's "mark pending top-ups done" waits for it),
+//! and adds nothing while a repair is under way: not while Postgres's epoch row says
+//! `repairing`, and not once a repair newer than Postgres's committed epoch has
+//! rewritten the sale (the script compares the sale's repair fence with that
+//! epoch). Such a repair read the stock after the top-up committed (it holds the
+//! voucher's row from that read to its commit), so it counts the units: they are
+//! added before the rebuild (which overwrites them with Postgres's count) or not at
+//! all.
+use crate::keys::Keys;
+use crate::redis_conn::Redis;
+use crate::voucher::repo;
+use crate::voucher::stock::{self, Event};
+use anyhow::{Context, Result};
+use redis::Script;
+use sqlx::PgPool;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static TOPUP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_topup.lua")));
+
+/// Units on their way to a sale's Redis stock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct TopUp {
+    pub id: i64,
+    pub voucher_id: i64,
+    pub units: i32,
+}
+
+/// The Postgres half, in the caller's transaction: stock and total_stock + `units`
+/// and a pending top-up. `None` if the voucher is not a flash sale.
+pub async fn record(tx: &mut sqlx::PgConnection, voucher_id: i64, units: i32) -> Result<Option<TopUp>> {
+    if repo::add_stock(&mut *tx, voucher_id, units).await?.is_none() {
+        return Ok(None);
+    }
+    let id: i64 = sqlx::query_scalar("INSERT INTO stock_topups (voucher_id, units) VALUES ($1, $2) RETURNING id")
+        .bind(voucher_id)
+        .bind(units)
+        .fetch_one(&mut *tx)
+        .await
+        .context("recording a top-up")?;
+    Ok(Some(TopUp { id, voucher_id, units }))
+}
+
+/// The Redis half of top-up `id`, then marks it done. True if the top-up is complete
+/// (now, or before: by another caller or a repair); false if it stays pending (Redis
+/// lost the sale, or a repair is under way: it counts the top-up).
+pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<bool> {
+    let mut tx = pg.begin().await?;
+    // Locked until marked done: a repair marking pending top-ups done waits for it.
+    let pending: Option<TopUp> =
+        sqlx::query_as("SELECT id, voucher_id, units FROM stock_topups WHERE id = $1 AND done_at IS NULL FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .context("reading a pending top-up")?;
+    let Some(t) = pending else {
+        return Ok(true);
+    };
+    // The newest repair Postgres has committed (none yet: 0).
+    let (epoch, repairing): (i64, bool) =
+        sqlx::query_as("SELECT epoch, repairing FROM redis_epochs WHERE namespace = $1")
+            .bind(keys.namespace())
+            .fetch_optional(&mut *tx)
+            .await
+            .context("reading the Redis epoch")?
+            .unwrap_or((0, false));
+    if repairing {
+        tracing::warn!(top_up = id, "Redis is being repaired; the top-up stays pending");
+        return Ok(false);
+    }
+    let mut conn = redis.conn().await?;
+    let r: i64 = TOPUP
+        .key(keys.stock(t.voucher_id))
+        .key(keys.topups(t.voucher_id))
+        .key(keys.repair_fence(t.voucher_id))
+        .arg(t.id)
+        .arg(t.units)
+        .arg(epoch)
+        .invoke_async(&mut conn)
+        .await
+        .context("stock_topup.lua")?;
+    if r < 0 {
+        tracing::warn!(
+            top_up = id,
+            voucher_id = t.voucher_id,
+            "the sale's stock is not loaded in Redis (or is being rebuilt); the top-up stays pending"
+        );
+        return Ok(false);
+    }
+    sqlx::query("UPDATE stock_topups SET done_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .context("marking a top-up done")?;
+    tx.commit().await.context("marking a top-up done")?;
+    if r == 1 {
+        // Every instance forgets that the sale was sold out.
+        if let Err(e) = stock::publish(redis, keys, Event::Stock(t.voucher_id)).await {
+            tracing::warn!(error = %format!("{e:#}"), "could not announce added stock");
+        }
+    }
+    Ok(true)
+}
+
+/// Finishes top-ups pending for longer than `min_age`. Returns how many it finished.
+pub async fn recover(pg: &PgPool, redis: &Redis, keys: &Keys, min_age: Duration) -> Result<usize> {
+    let pending: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM stock_topups
+          WHERE done_at IS NULL AND created_at < now() - make_interval(secs => $1)
+          ORDER BY id LIMIT 1000",
+    )
+    .bind(min_age.as_secs_f64())
+    .fetch_all(pg)
+    .await
+    .context("finding pending top-ups")?;
+    let mut done = 0;
+    for id in pending {
+        if apply(pg, redis, keys, id).await? {
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// For a repair that rebuilt `vouchers` from Postgres ([`crate::epoch`]), in its
+/// transaction: Postgres's stock already counts their pending top-ups, so Redis must
+/// not add them again.
+pub async fn sales_rebuilt(tx: &mut sqlx::PgConnection, vouchers: &[i64]) -> Result<()> {
+    sqlx::query("UPDATE stock_topups SET done_at = now() WHERE voucher_id = ANY($1) AND done_at IS NULL")
+        .bind(vouchers)
+        .execute(&mut *tx)
+        .await
+        .context("marking rebuilt sales' top-ups done")?;
+    Ok(())
+}

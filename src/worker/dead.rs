@@ -1,0 +1,70 @@
+//! Messages the worker cannot persist as usual: one the database refuses as such
+//! (its orders are stored `failed`), and what RabbitMQ dead-lettered.
+use super::persist;
+use super::Worker;
+use crate::order::model::OrderBatch;
+use anyhow::{Context, Result};
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+use lapin::Channel;
+use tokio_util::sync::CancellationToken;
+
+impl Worker {
+    /// A message the database refuses as such: its orders are stored `failed` with
+    /// the reason (an incident), then it is acknowledged. Requeued if even that fails.
+    pub(super) async fn store_refused(
+        &self,
+        d: &Delivery,
+        orders: &[crate::order::OrderMsg],
+        e: &persist::PersistError,
+    ) -> Result<()> {
+        let reason = format!("the database refused the order's message: {e}");
+        match persist::store_failed(&self.ctx.pg, orders, &reason).await {
+            Ok(n) => {
+                tracing::error!(error = %e, orders = orders.len(), stored = n, "INCIDENT: an order message was refused; its orders are stored as failed");
+                self.metrics
+                    .orders_persisted
+                    .with_label_values(&["failed"])
+                    .inc_by(n as u64);
+                d.ack(BasicAckOptions::default()).await?;
+            }
+            Err(store) => {
+                tracing::error!(error = %e, store_error = %store, "an order message was refused and could not be stored as failed; requeueing it");
+                d.nack(BasicNackOptions {
+                    requeue: true,
+                    multiple: false,
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A message from the dead-letter queue: an order batch is persisted like any
+    /// other; anything else is kept in `dead_letters`.
+    pub(super) async fn handle_dead(&self, timeouts: &Channel, d: Delivery, stop: &CancellationToken) -> Result<()> {
+        match serde_json::from_slice::<OrderBatch>(&d.data) {
+            Ok(b) => {
+                tracing::warn!(
+                    orders = b.orders.len(),
+                    "an order message was dead-lettered; persisting it from there"
+                );
+                self.metrics
+                    .worker_incidents
+                    .with_label_values(&["dead_lettered"])
+                    .inc();
+                self.settle_one(timeouts, &d, &b.orders, stop).await
+            }
+            Err(e) => {
+                sqlx::query("INSERT INTO dead_letters (body, reason) VALUES ($1, $2)")
+                    .bind(&d.data[..])
+                    .bind(format!("not an order batch: {e}"))
+                    .execute(&self.ctx.pg)
+                    .await
+                    .context("keeping a dead letter")?;
+                d.ack(BasicAckOptions::default()).await?;
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! What a worker holds: deliveries received and not settled, counted while held
+//! and reported to Postgres for the Redis repair (see [`crate::epoch`]).
+use super::Worker;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+impl Worker {
+    /// Tells the repair (through Postgres) what this process holds, every
+    /// `every`, until `stop`; removes its row on the way out.
+    pub async fn heartbeat(self: Arc<Self>, every: Duration, stop: CancellationToken) {
+        let ns = self.ctx.keys.namespace().to_owned();
+        loop {
+            let holding = self.holding.load(Ordering::Acquire) as i32;
+            let beat = sqlx::query(
+                "INSERT INTO worker_heartbeats (namespace, process, holding, seen_at) VALUES ($1, $2, $3, now())
+                 ON CONFLICT (namespace, process) DO UPDATE SET holding = EXCLUDED.holding, seen_at = now()",
+            )
+            .bind(&ns)
+            .bind(&self.process)
+            .bind(holding)
+            .execute(&self.ctx.pg)
+            .await;
+            if let Err(e) = beat {
+                tracing::debug!(error = %e, "worker heartbeat failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+        let _ = sqlx::query("DELETE FROM worker_heartbeats WHERE namespace = $1 AND process = $2")
+            .bind(&ns)
+            .bind(&self.process)
+            .execute(&self.ctx.pg)
+            .await;
+    }
+}
+
+/// Counts deliveries as held while it lives.
+pub(super) struct Held<'a> {
+    holding: &'a AtomicUsize,
+    n: usize,
+}
+
+impl<'a> Held<'a> {
+    pub(super) fn new(holding: &'a AtomicUsize, n: usize) -> Self {
+        holding.fetch_add(n, Ordering::AcqRel);
+        Self { holding, n }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.holding.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}

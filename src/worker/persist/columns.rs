@@ -1,0 +1,63 @@
+//! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders.
+use crate::order::OrderMsg;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+
+/// Column arrays for one `INSERT ... SELECT FROM UNNEST(...)`.
+#[derive(Default)]
+pub struct Columns {
+    /// The id the order was admitted with (differs from `id` for a reissued order).
+    pub original: Vec<i64>,
+    issued: Vec<Option<i64>>,
+    pub id: Vec<i64>,
+    user: Vec<i64>,
+    voucher: Vec<i64>,
+    created_at: Vec<DateTime<Utc>>,
+    status: Vec<String>,
+    order_no: Vec<Option<String>>,
+    failure: Vec<Option<String>>,
+}
+
+impl Columns {
+    pub fn push(&mut self, o: &OrderMsg, failure: Option<String>, order_no: Option<String>) {
+        self.push_as(o, o.id, failure, order_no);
+        self.issued.pop();
+        self.issued.push(None);
+    }
+
+    /// The order under the id `id` (a fresh one when its own was taken).
+    pub fn push_as(&mut self, o: &OrderMsg, id: i64, failure: Option<String>, order_no: Option<String>) {
+        self.original.push(o.id);
+        self.issued.push(Some(o.id));
+        self.id.push(id);
+        self.user.push(o.user_id);
+        self.voucher.push(o.voucher_id);
+        self.created_at
+            .push(DateTime::from_timestamp_millis(o.created_ms).unwrap_or_else(Utc::now));
+        self.status
+            .push(if failure.is_some() { "failed" } else { "created" }.to_owned());
+        self.order_no.push(order_no);
+        self.failure.push(failure);
+    }
+
+    /// Inserts the rows no constraint refuses; returns id -> status of those inserted.
+    pub async fn insert(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(
+            "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+             ON CONFLICT DO NOTHING
+             RETURNING id, status",
+        )
+        .bind(&self.id)
+        .bind(&self.user)
+        .bind(&self.voucher)
+        .bind(&self.created_at)
+        .bind(&self.status)
+        .bind(&self.order_no)
+        .bind(&self.failure)
+        .bind(&self.issued)
+        .fetch_all(&mut *tx)
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+}

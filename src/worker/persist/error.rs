@@ -1,0 +1,33 @@
+//! Why persisting a batch failed, and whether trying again may help.
+
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    #[error("redis: {0:#}")]
+    Redis(anyhow::Error),
+    #[error("postgres: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("order numbers: {0:#}")]
+    Numbers(anyhow::Error),
+}
+
+impl PersistError {
+    /// Whether trying again later may succeed (the database or Redis is down or
+    /// busy), as opposed to a batch the database refuses as such.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            PersistError::Numbers(_) | PersistError::Redis(_) => true,
+            PersistError::Db(sqlx::Error::Database(db)) => {
+                // Data exceptions, integrity violations and SQL errors will fail again.
+                let class = db
+                    .code()
+                    .map(|c| c.chars().take(2).collect::<String>())
+                    .unwrap_or_default();
+                !matches!(class.as_str(), "22" | "23" | "42")
+            }
+            PersistError::Db(
+                sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) | sqlx::Error::TypeNotFound { .. },
+            ) => false,
+            PersistError::Db(_) => true,
+        }
+    }
+}

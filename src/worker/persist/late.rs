@@ -1,0 +1,67 @@
+//! Orders that crossed a Redis repair: accounted for in Redis before they are
+//! stored (see [`crate::epoch`]), and refused ones stored failed.
+use super::columns::Columns;
+use super::{Ctx, PersistError};
+use crate::order::OrderMsg;
+use redis::Script;
+use sqlx::PgPool;
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/late_admit.lua")));
+
+/// The failure of an order in flight across a repair whose unit or shopper was
+/// sold again before it arrived.
+pub const LATE_CONFLICT: &str =
+    "admitted before Redis went back in time; its unit or shopper was sold again before it arrived";
+
+/// Stores orders as `failed` with `reason` (a message the database refuses as
+/// such); skips any that conflict with a stored row. Returns how many were stored.
+pub async fn store_failed(pg: &PgPool, orders: &[OrderMsg], reason: &str) -> Result<usize, sqlx::Error> {
+    let mut cols = Columns::default();
+    for o in orders {
+        cols.push(o, Some(reason.to_owned()), None);
+    }
+    let mut conn = pg.acquire().await?;
+    Ok(cols.insert(&mut conn).await?.len())
+}
+
+/// Runs `late_admit.lua` for orders in flight across a repair; returns the ids
+/// Redis cannot count (their unit or shopper was sold again).
+pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<HashSet<i64>, PersistError> {
+    let mut conflicts = HashSet::new();
+    if late.is_empty() {
+        return Ok(conflicts);
+    }
+    let Some((mut conn, verified)) = ctx.redis.verified().await.map_err(|e| PersistError::Redis(e.into()))? else {
+        return Err(PersistError::Redis(anyhow::anyhow!("Redis is not verified yet")));
+    };
+    if verified != epoch {
+        return Err(PersistError::Redis(anyhow::anyhow!(
+            "Redis verified at epoch {verified}, Postgres at {epoch}"
+        )));
+    }
+    let k = &ctx.keys;
+    for o in late {
+        let ok: i64 = LATE_ADMIT
+            .key(k.stock(o.voucher_id))
+            .key(k.buyers(o.voucher_id))
+            .key(k.orders(o.voucher_id))
+            .arg(o.user_id)
+            .arg(o.id)
+            .arg(o.created_ms)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| PersistError::Redis(e.into()))?;
+        if ok != 1 {
+            tracing::error!(
+                order_id = o.id,
+                user_id = o.user_id,
+                voucher_id = o.voucher_id,
+                "INCIDENT: an order in flight across a Redis repair was sold again; stored as failed"
+            );
+            conflicts.insert(o.id);
+        }
+    }
+    Ok(conflicts)
+}

@@ -1,0 +1,129 @@
+//! Orders the insert skipped, and why: already stored (a redelivery); an id another
+//! order already has (ids issued twice: stored under a fresh id, `issued_id` keeps
+//! the one its shopper holds); a business number already taken (numbered again); or
+//! the shopper already has a live order (the unique index refused it: an incident,
+//! stored failed).
+use super::columns::Columns;
+use super::{order_numbers, PersistError, Row};
+use crate::order::OrderMsg;
+use crate::sequence::Sequences;
+use sqlx::PgConnection;
+use std::collections::{HashMap, HashSet};
+
+const SECOND_ORDER: &str = "the shopper already has an order for this voucher";
+
+/// What settling the skipped rows found.
+pub struct Settled {
+    /// Admitted id -> status of every row stored by this batch.
+    pub inserted: HashMap<i64, String>,
+    pub duplicates: usize,
+    /// Orders stored under a fresh id.
+    pub collided: Vec<OrderMsg>,
+    pub renumbered: usize,
+    /// Orders stored failed: their shopper already has a live order.
+    pub refused: Vec<OrderMsg>,
+}
+
+/// Looks at the rows `inserted` lacks until each is stored or known to be stored
+/// (a few rounds: a fresh id or number may meet another conflict).
+pub async fn settle(
+    tx: &mut PgConnection,
+    sequences: &Sequences,
+    rows: &[Row],
+    inserted: HashMap<i64, String>,
+    mut numbered: HashMap<i64, String>,
+) -> Result<Settled, PersistError> {
+    let mut s = Settled {
+        inserted,
+        duplicates: 0,
+        collided: Vec::new(),
+        renumbered: 0,
+        refused: Vec::new(),
+    };
+    for _ in 0..4 {
+        let skipped: Vec<&Row> = rows.iter().filter(|(o, _)| !s.inserted.contains_key(&o.id)).collect();
+        if skipped.is_empty() {
+            break;
+        }
+        let holders = holders(tx, &skipped).await?;
+        let nos: Vec<String> = skipped
+            .iter()
+            .filter_map(|(o, _)| numbered.get(&o.id).cloned())
+            .collect();
+        let taken_nos: HashSet<String> =
+            sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE order_no = ANY($1)")
+                .bind(&nos)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let mut retry = Columns::default();
+        let mut renumber = Vec::new();
+        for (o, failure) in skipped {
+            match holders.get(&o.id) {
+                Some(h) if h.contains(&(o.user_id, o.voucher_id)) => {
+                    s.duplicates += 1;
+                    s.inserted.insert(o.id, "duplicate".into());
+                }
+                Some(_) => {
+                    let fresh: i64 = sqlx::query_scalar("SELECT (1::bigint << 62) + nextval('order_reissued_ids')")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if s.collided.iter().any(|c| c.id == o.id) {
+                        // Refused again under its fresh id: the shopper has another
+                        // live order.
+                        retry.push_as(o, fresh, Some(SECOND_ORDER.into()), None);
+                        s.refused.push(*o);
+                    } else {
+                        s.collided.push(*o);
+                        retry.push_as(o, fresh, failure.map(str::to_owned), numbered.get(&o.id).cloned());
+                    }
+                }
+                None if numbered.get(&o.id).is_some_and(|n| taken_nos.contains(n)) => renumber.push(*o),
+                None => {
+                    retry.push(o, Some(SECOND_ORDER.into()), None);
+                    s.refused.push(*o);
+                }
+            }
+        }
+        if !renumber.is_empty() {
+            tracing::error!(
+                orders = renumber.len(),
+                "INCIDENT: business numbers already taken (issued twice); numbering the orders again"
+            );
+            s.renumbered += renumber.len();
+            for (o, n) in renumber.iter().zip(order_numbers(sequences, renumber.len()).await?) {
+                numbered.insert(o.id, n.clone());
+                retry.push(o, None, Some(n));
+            }
+        }
+        if !retry.id.is_empty() {
+            let done = retry.insert(&mut *tx).await?;
+            for (i, id) in retry.id.iter().enumerate() {
+                if let Some(status) = done.get(id) {
+                    s.inserted.insert(retry.original[i], status.clone());
+                }
+            }
+        }
+    }
+    s.inserted.retain(|_, status| status != "duplicate");
+    Ok(s)
+}
+
+/// Admitted id -> (shopper, voucher) of every stored order under that id: its
+/// holder, and an order reissued from it.
+async fn holders(tx: &mut PgConnection, skipped: &[&Row]) -> Result<HashMap<i64, Vec<(i64, i64)>>, sqlx::Error> {
+    let ids: Vec<i64> = skipped.iter().map(|(o, _)| o.id).collect();
+    let mut holders: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+    for (orig, u, v) in sqlx::query_as::<_, (i64, i64, i64)>(
+        "SELECT coalesce(issued_id, id), user_id, voucher_id FROM voucher_orders
+          WHERE id = ANY($1) OR issued_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?
+    {
+        holders.entry(orig).or_default().push((u, v));
+    }
+    Ok(holders)
+}

@@ -1,0 +1,218 @@
+//! `GET /api/v1/admin/vouchers/{id}/audit`: the sale's books, and the
+//! `seckill_sales_unbalanced` gauge.
+use crate::helpers::*;
+use futures::future::join_all;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn audit(app: &TestApp, voucher: i64) -> Value {
+    let (status, body) = app
+        .get(&format!("/api/v1/admin/vouchers/{voucher}/audit"), Some(&app.admin()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+/// The value of one series on `/metrics` (None if absent).
+async fn gauge(app: &TestApp, series: &str) -> Option<f64> {
+    let text = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audit_balances_after_orders_and_a_cancellation() {
+    let ns = Namespace::new().await;
+    let app = Arc::new(TestApp::spawn(&ns).await);
+    let v = app.flash_sale(50).await;
+    let accepted = join_all((1..=30).map(|user| {
+        let app = app.clone();
+        tokio::spawn(async move { (user, app.order(v, user).await) })
+    }))
+    .await;
+    let mut orders = Vec::new();
+    for r in accepted {
+        let (user, (status, body)) = r.unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        orders.push((user, body["order_id"].as_str().unwrap().to_owned()));
+    }
+    let persisted = eventually(Duration::from_secs(20), || async {
+        let a = audit(&app, v).await;
+        (a["postgres"]["created"] == 30).then_some(a)
+    })
+    .await
+    .expect("every order persisted");
+    assert_eq!(persisted["in_flight"]["orders"], 0, "{persisted}");
+    assert_eq!(persisted["balanced"], true, "{persisted}");
+
+    let (user, id) = &orders[7];
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/orders/{id}/cancel"),
+            Some(&app.shopper(*user)),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let a = audit(&app, v).await;
+    let expected = json!({
+        "voucher_id": v.to_string(),
+        "stock": 50,
+        "redis": {"stock_remaining": 21, "orders_admitted": 30, "units_returned": 1, "outbox": 0},
+        "in_flight": {"orders": 0, "outbox": 0, "queue_ready": 0},
+        "postgres": {"created": 29, "paid": 0, "cancelled": 1, "failed": 0, "stock": 21, "returns_pending": 0},
+        "balanced": true,
+        "checks": {"units_accounted_for": true, "postgres_stock": true, "no_returns_pending": true},
+    });
+    assert_eq!(a, expected, "{a:#}");
+    Arc::try_unwrap(app).ok().expect("no other holder").shutdown().await;
+}
+
+#[tokio::test]
+async fn audit_counts_orders_held_in_the_outbox_as_in_flight() {
+    let ns = Namespace::new().await;
+    // No relay, no worker: accepted orders stay in the outbox.
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    for user in 1..=4 {
+        assert_eq!(app.order(v, user).await.0, StatusCode::ACCEPTED);
+    }
+    let a = audit(&app, v).await;
+    assert_eq!(a["redis"]["stock_remaining"], 6, "{a:#}");
+    assert_eq!(a["redis"]["orders_admitted"], 4, "{a:#}");
+    assert_eq!(a["redis"]["outbox"], 4, "{a:#}");
+    assert_eq!(a["in_flight"]["orders"], 4, "{a:#}");
+    assert_eq!(a["in_flight"]["outbox"], 4, "{a:#}");
+    assert_eq!(a["postgres"]["created"], 0, "{a:#}");
+    assert_eq!(a["postgres"]["stock"], 10, "{a:#}");
+    assert_eq!(a["balanced"], true, "{a:#}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn audit_names_the_failed_check_and_the_gauge_counts_the_running_sale() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_AUDIT_INTERVAL_MS", "100")
+        .spawn()
+        .await;
+    let v = app.flash_sale(20).await;
+    let now = chrono::Utc::now();
+    // Not running yet: its books are not watched.
+    let later = app
+        .flash_sale_between(20, now + chrono::Duration::hours(1), now + chrono::Duration::hours(2))
+        .await;
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
+    eventually(Duration::from_secs(10), || async {
+        (audit(&app, v).await["postgres"]["created"] == 1).then_some(())
+    })
+    .await
+    .expect("the order persisted");
+    assert_eq!(audit(&app, v).await["balanced"], true);
+
+    // Units vanish from Redis behind the service's back.
+    let keys = ns.keys();
+    let mut redis = app.redis().await;
+    for sale in [v, later] {
+        let _: i64 = redis::cmd("DECRBY")
+            .arg(keys.stock(sale))
+            .arg(3)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+    let a = audit(&app, v).await;
+    assert_eq!(a["balanced"], false, "{a:#}");
+    assert_eq!(a["redis"]["stock_remaining"], 16, "{a:#}");
+    assert_eq!(
+        a["checks"],
+        json!({"units_accounted_for": false, "postgres_stock": true, "no_returns_pending": true}),
+        "{a:#}"
+    );
+    assert_eq!(audit(&app, later).await["balanced"], false);
+
+    let series = "seckill_sales_unbalanced";
+    let seen = eventually(Duration::from_secs(10), || async {
+        gauge(&app, series).await.filter(|n| *n >= 1.0)
+    })
+    .await;
+    assert_eq!(seen, Some(1.0), "the running sale, and only it, is counted");
+
+    // Put the units back: balanced again, and the gauge follows.
+    let _: i64 = redis::cmd("INCRBY")
+        .arg(keys.stock(v))
+        .arg(3)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(audit(&app, v).await["balanced"], true);
+    let cleared = eventually(Duration::from_secs(10), || async {
+        gauge(&app, series).await.filter(|n| *n == 0.0)
+    })
+    .await;
+    assert_eq!(cleared, Some(0.0), "the gauge drops once the books balance");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn audit_answers_401_403_404_400_and_409() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(5).await;
+    let path = format!("/api/v1/admin/vouchers/{v}/audit");
+
+    let (status, body) = app.get(&path, None).await;
+    assert_eq!((status, code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    let (status, body) = app.get(&path, Some("not-a-token")).await;
+    assert_eq!((status, code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+    let (status, body) = app.get(&path, Some(&app.shopper(9))).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+    let (status, body) = app.get(&path, Some(&app.service())).await;
+    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+
+    let admin = app.admin();
+    let (status, body) = app
+        .get(&format!("/api/v1/admin/vouchers/{}/audit", v + 1000), Some(&admin))
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
+    assert!(body["error"]["message"].is_string(), "{body}");
+    for bad in ["abc", "0", "-1", "99999999999999999999"] {
+        let (status, body) = app
+            .get(&format!("/api/v1/admin/vouchers/{bad}/audit"), Some(&admin))
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "validation_failed"),
+            "{bad}"
+        );
+        assert!(body["error"]["message"].as_str().unwrap().starts_with("id"), "{body}");
+    }
+
+    // An ordinary voucher has no stock, hence no books.
+    let (status, plain) = app
+        .post(
+            "/api/v1/admin/vouchers",
+            Some(&admin),
+            json!({"shop_id": "7", "title": "plain", "pay_value": 100, "actual_value": 1000}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{plain}");
+    let plain = plain["id"].as_str().unwrap();
+    let (status, body) = app
+        .get(&format!("/api/v1/admin/vouchers/{plain}/audit"), Some(&admin))
+        .await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "not_a_flash_sale"));
+    app.shutdown().await;
+}

@@ -1,0 +1,225 @@
+//! An instance of the application under test, and requests to it.
+use super::{init_test_log, Namespace};
+use reqwest::StatusCode;
+use seckill::app::{Application, Mode, Options};
+use seckill::clock::Clock;
+use seckill::config::Settings;
+use seckill::http::auth::{JwtKeys, Role};
+use serde_json::{json, Value};
+
+/// A running instance and a client for it. `shutdown` stops it gracefully, `crash`
+/// at once; dropping it stops it too.
+pub struct TestApp {
+    pub app: Option<Application>,
+    pub addr: String,
+    pub client: reqwest::Client,
+    pub jwt: JwtKeys,
+}
+
+/// What an instance runs and with which settings; by default everything (`seckill
+/// all`), the namespace's settings and the system clock. [`Builder::spawn`] starts it.
+#[must_use = "the instance starts with .spawn().await"]
+pub struct Builder<'a> {
+    ns: &'a Namespace,
+    env: Vec<(String, String)>,
+    mode: Mode,
+    options: Options,
+}
+
+impl Builder<'_> {
+    /// A setting of this instance's (over the namespace's), e.g. `SECKILL_ID_BLOCK`
+    /// or a `REDIS_URL` of a server of the test's own.
+    pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.env.push((key.to_owned(), value.into()));
+        self
+    }
+
+    /// Which process to be: `All` (the default), `Serve` (API and relay) or `Worker`.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Whether the outbox relay runs (default yes). Without one, accepted orders stay
+    /// in the outbox, pending, until an instance with a relay starts.
+    pub fn relay(mut self, on: bool) -> Self {
+        self.options.relay = on;
+        self
+    }
+
+    /// Whether the order worker runs where the mode has one (default yes).
+    pub fn worker(mut self, on: bool) -> Self {
+        self.options.worker = on;
+        self
+    }
+
+    /// The clock the instance reads (default the system's), e.g. `Clock::manual`.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.options.clock = clock;
+        self
+    }
+
+    /// The API alone: `mode(Mode::Serve).relay(false).worker(false)`. Accepted orders
+    /// stay in the outbox unless another instance relays them.
+    pub fn api_only(self) -> Self {
+        self.mode(Mode::Serve).relay(false).worker(false)
+    }
+
+    pub async fn spawn(self) -> TestApp {
+        init_test_log();
+        let mut vars = self.ns.vars.clone();
+        vars.extend(self.env);
+        let settings = Settings::from_map(&vars).expect("test settings");
+        let app = Application::build_with(settings.clone(), self.mode, self.options)
+            .await
+            .expect("build the application");
+        let addr = format!("http://127.0.0.1:{}", app.port().unwrap_or(0));
+        TestApp {
+            app: Some(app),
+            addr,
+            client: reqwest::Client::new(),
+            jwt: JwtKeys::new(settings.jwt_secret.expose()),
+        }
+    }
+}
+
+impl TestApp {
+    /// An instance running everything (`seckill all`: API, relay, worker) with the
+    /// namespace's settings: `TestApp::builder(ns).spawn()`.
+    pub async fn spawn(ns: &Namespace) -> Self {
+        Self::builder(ns).spawn().await
+    }
+
+    /// An instance to configure before it starts, e.g.
+    /// `TestApp::builder(&ns).env("SECKILL_ID_BLOCK", "7").mode(Mode::Serve).spawn().await`.
+    pub fn builder(ns: &Namespace) -> Builder<'_> {
+        Builder {
+            ns,
+            env: Vec::new(),
+            mode: Mode::All,
+            options: Options::default(),
+        }
+    }
+
+    pub fn app(&self) -> &Application {
+        self.app.as_ref().expect("application running")
+    }
+
+    pub fn admin(&self) -> String {
+        self.jwt.mint(1, Role::Admin, 600)
+    }
+
+    pub fn shopper(&self, user: i64) -> String {
+        self.jwt.mint(user, Role::Shopper, 600)
+    }
+
+    pub fn service(&self) -> String {
+        self.jwt.mint(2, Role::Service, 600)
+    }
+
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.addr));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request sent");
+        let status = resp.status();
+        let body = resp.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, Value) {
+        self.request(reqwest::Method::GET, path, token, None).await
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>, body: Value) -> (StatusCode, Value) {
+        self.request(reqwest::Method::POST, path, token, Some(body)).await
+    }
+
+    /// A flash sale open from a second ago for an hour.
+    pub async fn flash_sale(&self, stock: i64) -> i64 {
+        let now = chrono::Utc::now();
+        self.flash_sale_between(
+            stock,
+            now - chrono::Duration::seconds(1),
+            now + chrono::Duration::hours(1),
+        )
+        .await
+    }
+
+    pub async fn flash_sale_between(
+        &self,
+        stock: i64,
+        begin: chrono::DateTime<chrono::Utc>,
+        end: chrono::DateTime<chrono::Utc>,
+    ) -> i64 {
+        let (status, body) = self
+            .post(
+                "/api/v1/admin/vouchers",
+                Some(&self.admin()),
+                json!({"shop_id": "7", "title": "flash", "pay_value": 100, "actual_value": 1000, "stock": stock,
+                       "begin_at": begin.to_rfc3339(), "end_at": end.to_rfc3339()}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["id"].as_str().unwrap().parse().unwrap()
+    }
+
+    pub async fn order(&self, voucher: i64, user: i64) -> (StatusCode, Value) {
+        self.post(
+            &format!("/api/v1/vouchers/{voucher}/orders"),
+            Some(&self.shopper(user)),
+            json!({}),
+        )
+        .await
+    }
+
+    pub async fn stats(&self, voucher: i64) -> Value {
+        let (status, body) = self
+            .get(&format!("/api/v1/admin/vouchers/{voucher}"), Some(&self.admin()))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body["stats"].clone()
+    }
+
+    pub fn pg(&self) -> &sqlx::PgPool {
+        &self.app().state().pg
+    }
+
+    /// A Redis connection of the test's own (not the application's) to the server
+    /// the instance uses.
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(self.app().state().settings.redis_url.expose()).unwrap();
+        client.get_multiplexed_async_connection().await.expect("redis")
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(app) = self.app.take() {
+            app.shutdown().await;
+        }
+    }
+
+    /// Stops everything at once, as a crash would.
+    pub async fn crash(mut self) {
+        if let Some(app) = self.app.take() {
+            app.abort().await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(app) = &self.app {
+            app.stop_token().cancel();
+        }
+    }
+}

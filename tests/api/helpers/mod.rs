@@ -1,0 +1,171 @@
+//! The harness. Each test makes a [`Namespace`] (a database, a Redis key prefix and
+//! RabbitMQ names of its own, removed when the test ends, also when it panics) and
+//! starts the real application in it, in-process on port 0, with
+//! [`TestApp::builder`] (`app.rs`). The services are the ones `REDIS_URL`,
+//! `AMQP_URL` and `TEST_ADMIN_DATABASE_URL` name, by default the machine's own.
+//! `sale.rs` drives and checks a sale: waves of shoppers, Redis epochs, the audit.
+mod app;
+mod sale;
+
+pub use app::TestApp;
+pub use sale::*;
+
+use seckill::broker::Broker;
+use seckill::keys::Keys;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "integration-test-secret-0123456789";
+
+/// The Redis server tests share: `REDIS_URL`, by default the machine's.
+pub fn redis_url() -> String {
+    from_env("REDIS_URL", "redis://127.0.0.1:6379")
+}
+
+/// The RabbitMQ broker tests share: `AMQP_URL`, by default the machine's.
+pub fn amqp_url() -> String {
+    from_env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
+}
+
+/// A database of the shared PostgreSQL server from which each test creates and
+/// drops a database of its own: `TEST_ADMIN_DATABASE_URL`, by default the
+/// machine's `postgres` database.
+pub fn admin_db_url() -> String {
+    from_env("TEST_ADMIN_DATABASE_URL", "postgres://root@127.0.0.1:5432/postgres")
+}
+
+fn from_env(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+/// `url` naming the database `db` instead of its own (query parameters kept).
+fn with_database(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (url, String::new()),
+    };
+    let server = &base[..base.rfind('/').expect("a database URL ends with /<database>")];
+    format!("{server}/{db}{query}")
+}
+
+/// The per-test resources; dropping it removes them.
+pub struct Namespace {
+    pub name: String,
+    pub db: String,
+    pub vars: HashMap<String, String>,
+}
+
+impl Namespace {
+    pub async fn new() -> Self {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let name = format!("t{}", &id[..12]);
+        let db = format!("seckill_{name}");
+        let admin = sqlx::PgPool::connect(&admin_db_url())
+            .await
+            .expect("connect to the admin database");
+        sqlx::query(&format!("CREATE DATABASE {db}"))
+            .execute(&admin)
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let vars = HashMap::from([
+            ("SECKILL_HTTP_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+            ("DATABASE_URL".to_owned(), with_database(&admin_db_url(), &db)),
+            ("REDIS_URL".to_owned(), redis_url()),
+            ("AMQP_URL".to_owned(), amqp_url()),
+            ("SECKILL_NAMESPACE".to_owned(), name.clone()),
+            ("SECKILL_JWT_SECRET".to_owned(), SECRET.to_owned()),
+            ("SECKILL_DB_MAX_CONNECTIONS".to_owned(), "4".to_owned()),
+            ("SECKILL_RATE_LIMIT_PER_USER".to_owned(), "0".to_owned()),
+            ("SECKILL_RATE_LIMIT_PER_IP".to_owned(), "0".to_owned()),
+            ("SECKILL_MAX_IN_FLIGHT".to_owned(), "0".to_owned()),
+        ]);
+        Self { name, db, vars }
+    }
+
+    pub fn keys(&self) -> Keys {
+        Keys::new(&self.name)
+    }
+
+    /// The namespace's RabbitMQ topology on the shared broker, for publishing as
+    /// another process would.
+    pub fn broker(&self) -> Broker {
+        Broker::new(&self.vars["AMQP_URL"], self.keys(), Duration::from_secs(5), 5)
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let (name, db) = (self.name.clone(), self.db.clone());
+        let (redis_url, amqp_url) = (self.vars["REDIS_URL"].clone(), self.vars["AMQP_URL"].clone());
+        // Drop runs outside any async context we could block: clean up on a thread
+        // with a runtime of its own.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(admin) = sqlx::PgPool::connect(&admin_db_url()).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))
+                        .execute(&admin)
+                        .await;
+                }
+                if let Ok(client) = redis::Client::open(redis_url) {
+                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                        let keys: Vec<String> = redis::cmd("KEYS")
+                            .arg(format!("{name}:*"))
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap_or_default();
+                        if !keys.is_empty() {
+                            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+                        }
+                    }
+                }
+                // Made here: a broker connects on the runtime it was made on.
+                let broker = Broker::new(&amqp_url, Keys::new(&name), Duration::from_secs(5), 5);
+                let _ = broker.delete_topology().await;
+            });
+        });
+        let _ = done.join();
+    }
+}
+
+/// Polls `check` until it returns Some or `timeout` passes.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The error code of an error body.
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("<no error code>")
+}
+
+/// `TEST_LOG=1` shows the application's logs (at `RUST_LOG`, default info).
+pub fn init_test_log() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+            .with_test_writer()
+            .try_init();
+    }
+}

@@ -1,0 +1,96 @@
+//! Driving and checking a sale: waves of shoppers, the Redis epoch, the audit.
+use super::{eventually, TestApp};
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// One order per shopper, 64 at a time; the answers by shopper.
+pub async fn wave(
+    app: &TestApp,
+    voucher: i64,
+    shoppers: impl Iterator<Item = i64>,
+) -> HashMap<i64, (StatusCode, Value)> {
+    wave_counted(app, voucher, shoppers, &AtomicUsize::new(0)).await
+}
+
+/// [`wave`], counting the answers in `answered` as they come.
+pub async fn wave_counted(
+    app: &TestApp,
+    voucher: i64,
+    shoppers: impl Iterator<Item = i64>,
+    answered: &AtomicUsize,
+) -> HashMap<i64, (StatusCode, Value)> {
+    use futures::StreamExt;
+    futures::stream::iter(shoppers.map(|u| async move {
+        let answer = app.order(voucher, u).await;
+        answered.fetch_add(1, Ordering::Relaxed);
+        (u, answer)
+    }))
+    .buffer_unordered(64)
+    .collect()
+    .await
+}
+
+/// The order ids of the accepted answers, by shopper.
+pub fn accepted(answers: &HashMap<i64, (StatusCode, Value)>) -> HashMap<i64, i64> {
+    answers
+        .iter()
+        .filter(|(_, (s, _))| *s == StatusCode::ACCEPTED)
+        .map(|(u, (_, b))| (*u, b["order_id"].as_str().unwrap().parse().unwrap()))
+        .collect()
+}
+
+/// Orders get answers other than 5xx again (the repair is done).
+pub async fn selling_again(app: &TestApp, voucher: i64, probe_user: i64) -> (StatusCode, Value) {
+    eventually(Duration::from_secs(60), || async move {
+        let (s, b) = app.order(voucher, probe_user).await;
+        (!s.is_server_error()).then_some((s, b))
+    })
+    .await
+    .expect("selling again within 60 s")
+}
+
+/// The Redis epoch the application has verified (waits until it has one).
+pub async fn current_epoch(app: &TestApp) -> i64 {
+    let identity = app.app().state().redis.identity().clone();
+    eventually(Duration::from_secs(60), || {
+        let identity = identity.clone();
+        async move { identity.get().filter(|v| !v.repairing).map(|v| v.epoch) }
+    })
+    .await
+    .expect("Redis verified within 60 s")
+}
+
+/// Waits until the application has verified a Redis epoch later than `before`
+/// (after a restart or a loss: the repair is done).
+pub async fn epoch_after(app: &TestApp, before: i64) -> i64 {
+    let identity = app.app().state().redis.identity().clone();
+    eventually(Duration::from_secs(60), || {
+        let identity = identity.clone();
+        async move {
+            identity
+                .get()
+                .filter(|v| !v.repairing && v.epoch > before)
+                .map(|v| v.epoch)
+        }
+    })
+    .await
+    .expect("a new Redis epoch verified within 60 s")
+}
+
+/// The sale's audit must say its books balance (polled for a while: a return may be
+/// between its Postgres and Redis halves, orders may still be on their way).
+pub async fn assert_balanced(app: &TestApp, voucher: i64) {
+    let path = format!("/api/v1/admin/vouchers/{voucher}/audit");
+    let balanced = eventually(Duration::from_secs(20), || async {
+        let (status, audit) = app.get(&path, Some(&app.admin())).await;
+        (status == StatusCode::OK && audit["balanced"] == true && audit["in_flight"]["orders"] == 0).then_some(())
+    })
+    .await;
+    if balanced.is_none() {
+        let (_, audit) = app.get(&path, Some(&app.admin())).await;
+        panic!("the sale's books do not balance: {audit:#}");
+    }
+}

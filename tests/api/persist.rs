@@ -1,0 +1,153 @@
+//! The worker's persist step fed directly (no broker, no admission in Redis): what
+//! the database's guard stores as created, duplicate or failed, and how an order id
+//! or business number that is already taken is stored and counted, never hidden.
+use crate::helpers::*;
+use seckill::order::model::OrderMsg;
+use seckill::worker::persist::{persist, Ctx};
+use std::collections::HashSet;
+
+/// What the instance's worker persists with (its background pool).
+fn ctx(app: &TestApp) -> Ctx {
+    let state = app.app().state();
+    Ctx {
+        pg: state.background_pg.clone(),
+        sequences: state.sequences.clone(),
+        redis: state.redis.clone(),
+        keys: state.keys.clone(),
+    }
+}
+
+/// The database's own guard, fed directly: a batch redelivered after the sale sold
+/// out is recognised as duplicates (not failures); orders beyond Postgres's stock and
+/// a second order of one shopper become `failed`; stock is never negative.
+#[tokio::test]
+async fn the_database_guard_classifies_duplicates_overstock_and_second_orders() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (v, w) = (app.flash_sale(3).await, app.flash_sale(5).await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: voucher,
+        created_ms: now + id,
+        epoch,
+    };
+    let ctx = ctx(&app);
+    let run = |orders: Vec<OrderMsg>| {
+        let ctx = ctx.clone();
+        async move { persist(&ctx, &orders).await.unwrap() }
+    };
+
+    let first: Vec<OrderMsg> = (1..=3).map(|i| msg(i, 100 + i, v)).collect();
+    let o = run(first.clone()).await;
+    assert_eq!((o.created, o.duplicates, o.failed), (3, 0, 0));
+    let o = run(first).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (0, 3, 0),
+        "a redelivery at sold-out is not an incident"
+    );
+    let o = run(vec![msg(4, 200, v)]).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (0, 0, 1),
+        "beyond Postgres's stock"
+    );
+    let o = run(vec![msg(10, 7, w), msg(11, 7, w), msg(12, 8, w)]).await;
+    assert_eq!(
+        (o.created, o.duplicates, o.failed),
+        (2, 0, 1),
+        "one live order per shopper"
+    );
+    let o = run(vec![msg(10, 7, w), msg(13, 7, w)]).await;
+    assert_eq!((o.created, o.duplicates, o.failed), (0, 1, 1));
+
+    let statuses: Vec<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT id, status, order_no FROM voucher_orders ORDER BY id")
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    let failed: Vec<i64> = statuses.iter().filter(|r| r.1 == "failed").map(|r| r.0).collect();
+    assert_eq!(failed, vec![4, 11, 13]);
+    assert!(
+        statuses.iter().all(|r| (r.1 == "failed") == r.2.is_none()),
+        "numbers only for created orders"
+    );
+    let stocks: Vec<i32> = sqlx::query_scalar("SELECT stock FROM seckill_vouchers ORDER BY voucher_id")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stocks, vec![0, 3]);
+    app.shutdown().await;
+}
+
+/// The worker's backstop should ids or numbers ever be issued twice anyway: an
+/// order whose id another order holds is stored under a fresh id (findable by the
+/// id its shopper holds), an order whose number is taken is numbered again; both
+/// are counted as incidents, neither is dropped nor failed (the first must not be
+/// taken for a duplicate, nor the second stored `failed`).
+#[tokio::test]
+async fn the_worker_never_hides_an_id_or_number_collision() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let epoch = current_epoch(&app).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |id: i64, user: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: v,
+        created_ms: now,
+        epoch,
+    };
+    let ctx = ctx(&app);
+    let o = persist(&ctx, &[msg(7, 1)]).await.unwrap();
+    assert_eq!(o.created, 1);
+    // Another shopper's order with the same id.
+    let o = persist(&ctx, &[msg(7, 2)]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed, o.id_collisions), (1, 0, 0, 1));
+    let (id, status, issued): (i64, String, Option<i64>) =
+        sqlx::query_as("SELECT id, status, issued_id FROM voucher_orders WHERE user_id = 2")
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert!(id >= 1 << 62, "a fresh id: {id}");
+    assert_eq!((status.as_str(), issued), ("created", Some(7)));
+    // The same message again is a duplicate, not a second collision.
+    let o = persist(&ctx, &[msg(7, 2)]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.id_collisions), (0, 1, 0));
+
+    // The number counter goes back to 0 (as a restored Redis would, within one
+    // epoch): the next two orders get numbers 1 and 2, already taken.
+    let mut redis = app.redis().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:ctr:{{seq:order:*:value", ns.name))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let _: () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg(0)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let o = persist(&ctx, &[msg(20, 3), msg(21, 4)]).await.unwrap();
+    assert_eq!((o.created, o.failed, o.number_collisions), (2, 0, 2));
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as("SELECT status, order_no FROM voucher_orders")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r.0 == "created"));
+    let numbers: HashSet<&Option<String>> = rows.iter().map(|r| &r.1).collect();
+    assert_eq!(numbers.len(), 4, "{rows:?}");
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stock, 6);
+}

@@ -1,0 +1,170 @@
+//! Repairing a sale in Redis from Postgres and the outbox, and what fences the
+//! repair: it waits for orders still in a worker's hands, a repairer that lost the
+//! race cannot write, and counter keys of two epochs never hand out a value twice.
+use crate::fixtures::{signal, spawn_worker_binary};
+use crate::helpers::*;
+use reqwest::StatusCode;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// A worker holds orders it received and has not persisted (here: frozen with
+/// SIGSTOP, as a process stalled in a long pause would be) while Redis loses the
+/// sale. The repair must wait for what is in the worker's hands: rebuilding without
+/// those orders would sell their units and their shoppers again. (A queue's ready
+/// count alone does not show a worker's unacknowledged deliveries: a repair judging
+/// the queue drained by it would reopen the sale without them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).worker(false).spawn().await;
+    let stock = 10i64;
+    let v = app.flash_sale(stock).await;
+    let mut worker = spawn_worker_binary(&ns, &[]).await;
+    signal(&worker, "STOP");
+    for u in 1..=4 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    // The relay has published them: they sit in the frozen worker's socket, delivered
+    // and unacknowledged, not ready in the queue.
+    let mut redis = app.redis().await;
+    let outbox = ns.keys().outbox(v);
+    eventually(Duration::from_secs(10), || {
+        let (mut redis, outbox) = (redis.clone(), outbox.clone());
+        async move {
+            let n: i64 = redis::cmd("XLEN").arg(&outbox).query_async(&mut redis).await.ok()?;
+            (n == 0).then_some(())
+        }
+    })
+    .await
+    .expect("the relay published the orders");
+    // Redis loses the sale.
+    let k = ns.keys();
+    let _: () = redis::cmd("DEL")
+        .arg(k.stock(v))
+        .arg(k.buyers(v))
+        .arg(k.orders(v))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    // While the worker holds those orders, the sale stays closed. The duration is the
+    // subject: several times what a repair that did not wait for them would take
+    // (its drain waits for 500 ms of quiet), probed every 100 ms.
+    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    let mut probe = 100;
+    while std::time::Instant::now() < until {
+        let (status, body) = app.order(v, probe).await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the sale reopened while a worker held orders: {body}"
+        );
+        probe += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    signal(&worker, "CONT");
+    selling_again(&app, v, 1).await;
+    for u in 1..=4 {
+        let (_, body) = app.order(v, u).await;
+        assert_eq!(body["error"]["code"], "already_ordered", "shopper {u}");
+    }
+    let answers = wave(&app, v, 5..=30).await;
+    assert_eq!(
+        accepted(&answers).len() as i64,
+        stock - 4,
+        "exactly the stock that was left"
+    );
+    let pg = app.pg().clone();
+    eventually(Duration::from_secs(30), || {
+        let pg = pg.clone();
+        async move {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
+                .bind(v)
+                .fetch_one(&pg)
+                .await
+                .ok()?;
+            (n == stock).then_some(())
+        }
+    })
+    .await
+    .expect("every order persisted");
+    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM voucher_orders WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert!(statuses.iter().all(|s| s == "created"), "{statuses:?}");
+    assert_balanced(&app, v).await;
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
+
+/// A repair that lost the race (an older epoch) cannot write a sale any more.
+#[tokio::test]
+async fn a_stale_repair_cannot_write_a_sale() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(5).await;
+    let epoch = current_epoch(&app).await;
+    let k = ns.keys();
+    let script = redis::Script::new(include_str!("../../lua/sale_restore.lua"));
+    let mut redis = app.redis().await;
+    let run = |e: i64, op: &str| {
+        let mut inv = script.key(k.stock(v));
+        inv.key(k.buyers(v))
+            .key(k.orders(v))
+            .key(k.returned(v))
+            .key(k.outbox(v))
+            .key(k.repair_fence(v))
+            .arg(e)
+            .arg(op);
+        inv
+    };
+    let taken: i64 = run(epoch + 5, "reset").invoke_async(&mut redis).await.unwrap();
+    assert_eq!(taken, 1);
+    let stale: i64 = run(epoch + 4, "reset").invoke_async(&mut redis).await.unwrap();
+    assert_eq!(stale, 0, "an older repair cannot reset the sale");
+    let mut open = run(epoch + 4, "open");
+    open.arg(100).arg("relay");
+    let stale: i64 = open.invoke_async(&mut redis).await.unwrap();
+    assert_eq!(stale, 0, "nor open it with its stock");
+    let stock: Option<i64> = redis::cmd("GET").arg(k.stock(v)).query_async(&mut redis).await.unwrap();
+    assert_eq!(stock, None);
+}
+
+/// While some processes still use the previous epoch's counter keys (they have not
+/// noticed the repair yet) and others the new ones, on the same server: the new
+/// keys start above anything the old ones can still hand out, because starting them
+/// stamps the durable mark with the new epoch and the old keys can no longer raise it.
+#[tokio::test]
+async fn counters_of_two_epochs_on_one_server_never_overlap() {
+    use seckill::redis_conn::{Redis, Verified};
+    use seckill::sequence::counter::DurableCounter;
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let state = app.app().state();
+    let epoch = current_epoch(&app).await;
+    let counter_at = |e: i64| async move {
+        let redis = Redis::new(&redis_url(), Duration::from_secs(2)).unwrap();
+        let run_id = redis.conn().await.unwrap().run_id().clone();
+        redis.identity().set(Some(Verified {
+            run_id,
+            epoch: e,
+            repairing: false,
+        }));
+        DurableCounter::new(redis, state.background_pg.clone(), state.keys.clone())
+    };
+    let old = counter_at(epoch).await;
+    let new = counter_at(epoch + 1).await;
+    let mut values = Vec::new();
+    let mut take = |r: seckill::sequence::counter::Range| values.extend(r.first..=r.last);
+    take(old.take("two-epochs", 5, 600, 10).await.unwrap());
+    take(new.take("two-epochs", 5, 600, 10).await.unwrap());
+    // Within its ceiling the old key still hands out values...
+    take(old.take("two-epochs", 5, 600, 10).await.unwrap());
+    // ...but it cannot raise the mark any more.
+    let refused = old.take("two-epochs", 20, 600, 10).await;
+    assert!(refused.is_err(), "{refused:?}");
+    take(new.take("two-epochs", 20, 600, 10).await.unwrap());
+    let distinct: HashSet<u64> = values.iter().copied().collect();
+    assert_eq!(distinct.len(), values.len(), "a value handed out twice: {values:?}");
+}

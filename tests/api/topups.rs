@@ -1,0 +1,374 @@
+//! Stock top-ups: Postgres first (stock, total and a pending top-up row in one
+//! transaction), then Redis, once per top-up id; a recovery pass finishes what a
+//! crash or an outage interrupted.
+use crate::helpers::*;
+use reqwest::StatusCode;
+use seckill::voucher::topup;
+use serde_json::{json, Value};
+use sqlx::Connection;
+use std::time::Duration;
+
+async fn top_up(app: &TestApp, v: i64, add: i64) -> (StatusCode, Value) {
+    app.post(
+        &format!("/api/v1/admin/vouchers/{v}/stock"),
+        Some(&app.admin()),
+        json!({ "add": add }),
+    )
+    .await
+}
+
+/// (stock, total_stock) in Postgres.
+async fn pg_stock(pg: &sqlx::PgPool, v: i64) -> (i64, i64) {
+    let (stock, total): (i32, i32) =
+        sqlx::query_as("SELECT stock, total_stock FROM seckill_vouchers WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_one(pg)
+            .await
+            .unwrap();
+    (stock as i64, total as i64)
+}
+
+/// The sale's stock key in Redis, read directly.
+async fn redis_stock(app: &TestApp, ns: &Namespace, v: i64) -> Option<i64> {
+    let mut conn = app.redis().await;
+    redis::cmd("GET")
+        .arg(ns.keys().stock(v))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Orders shoppers `users` one after another; returns how many got 202, and checks
+/// that every other answer is `sold_out`.
+async fn sell(app: &TestApp, v: i64, users: std::ops::Range<i64>) -> i64 {
+    let mut accepted = 0;
+    for user in users {
+        let (status, body) = app.order(v, user).await;
+        match status {
+            StatusCode::ACCEPTED => accepted += 1,
+            _ => assert_eq!(code(&body), "sold_out", "user {user}: {status} {body}"),
+        }
+    }
+    accepted
+}
+
+/// Waits until `n` orders of the sale are in Postgres; returns (created, failed).
+async fn persisted(pg: &sqlx::PgPool, v: i64, n: i64) -> (i64, i64) {
+    eventually(Duration::from_secs(30), || async {
+        let (created, failed, all): (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'created'), count(*) FILTER (WHERE status = 'failed'), count(*)
+               FROM voucher_orders WHERE voucher_id = $1",
+        )
+        .bind(v)
+        .fetch_one(pg)
+        .await
+        .unwrap();
+        (all >= n).then_some((created, failed))
+    })
+    .await
+    .unwrap_or_else(|| panic!("{n} orders persisted within 30 s"))
+}
+
+/// The crash window of the old order of things (Redis first, then the Postgres
+/// commit): the process dies while its top-up's commit is in flight. Redis must
+/// not be left holding units that Postgres never got: they would be sold and then
+/// stored as `failed`.
+///
+/// The commit is held by a deferred trigger that waits for an advisory lock the
+/// test holds; the process is then killed (its request dies with it) and its
+/// transaction ends without committing, as a crashed client's does.
+#[tokio::test]
+async fn a_top_up_whose_process_dies_before_its_commit_leaves_redis_no_unit_postgres_lacks() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(3).await;
+    let url = ns.vars["DATABASE_URL"].clone();
+    let mut holder = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER hold_commit AFTER UPDATE ON seckill_vouchers
+           DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+           WHEN (NEW.total_stock <> OLD.total_stock) EXECUTE FUNCTION hold_commit();",
+    )
+    .execute(&mut holder)
+    .await
+    .unwrap();
+
+    let request = {
+        let (client, addr, token) = (app.client.clone(), app.addr.clone(), app.admin());
+        tokio::spawn(async move {
+            client
+                .post(format!("{addr}/api/v1/admin/vouchers/{v}/stock"))
+                .bearer_auth(token)
+                .json(&json!({"add": 4}))
+                .send()
+                .await
+        })
+    };
+    let pid: i32 = eventually(Duration::from_secs(10), || async {
+        sqlx::query_scalar(
+            "SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+              WHERE l.locktype = 'advisory' AND l.objid = 4242 AND NOT l.granted
+                AND a.datname = current_database()",
+        )
+        .fetch_optional(app.pg())
+        .await
+        .unwrap()
+    })
+    .await
+    .expect("the top-up's commit waits for the test's lock");
+
+    // The process dies with the commit in flight; its transaction ends uncommitted.
+    app.crash().await;
+    let _ = request.await;
+    let mut admin = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                .bind(pid)
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+            (n == 0).then_some(())
+        }
+    })
+    .await
+    .expect("the dead process's transaction is gone");
+    sqlx::raw_sql("DROP TRIGGER hold_commit ON seckill_vouchers; SELECT pg_advisory_unlock(4242);")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let app = TestApp::spawn(&ns).await;
+    let (pg_left, pg_total) = pg_stock(app.pg(), v).await;
+    let in_redis = redis_stock(&app, &ns, v).await;
+    let accepted = sell(&app, v, 1..13).await;
+    let (created, failed) = persisted(app.pg(), v, accepted).await;
+    assert_eq!(
+        (in_redis, accepted, created, failed),
+        (Some(pg_left), pg_total, pg_total, 0),
+        "Redis stock after the crash, orders accepted, stored created, stored failed \
+         (Postgres: {pg_left} left of {pg_total})"
+    );
+    app.shutdown().await;
+}
+
+/// The crash window of the new order of things: the top-up is committed in
+/// Postgres, and its Redis half does not happen (here: the instance that took the
+/// request cannot reach Redis). The answer is still 200 (the top-up is recorded;
+/// a retry would add it twice), and the recovery pass of another instance puts the
+/// units on sale, once: every unit Postgres has is sold, nothing is stored
+/// `failed`.
+#[tokio::test]
+async fn a_top_up_committed_while_redis_is_unreachable_is_put_on_sale_once_by_recovery() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(3).await;
+    let cut_off = TestApp::builder(&ns)
+        .env("REDIS_URL", "redis://127.0.0.1:1")
+        .api_only()
+        .spawn()
+        .await;
+    let (status, body) = top_up(&cut_off, v, 4).await;
+    assert_eq!(status, StatusCode::OK, "the top-up is recorded: {body}");
+    assert_eq!(body["stock"], 7, "{body}");
+    assert_eq!(body["top_up"]["applied"], false, "{body}");
+    cut_off.shutdown().await;
+    assert_eq!(pg_stock(app.pg(), v).await, (7, 7));
+
+    let pending = || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM stock_topups WHERE done_at IS NULL")
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+        n
+    };
+    // On sale in Redis, then marked done (the same step commits right after).
+    let done = eventually(Duration::from_secs(30), || async {
+        (app.stats(v).await["stock_remaining"] == 7 && pending().await == 0).then_some(())
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "the recovery pass puts the 4 units on sale and marks the top-up done; stats: {}, pending: {}",
+        app.stats(v).await,
+        pending().await
+    );
+
+    let accepted = sell(&app, v, 1..13).await;
+    let (created, failed) = persisted(app.pg(), v, accepted).await;
+    assert_eq!((accepted, created, failed), (7, 7, 0));
+    assert_eq!(pg_stock(app.pg(), v).await, (0, 7));
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(0));
+    app.shutdown().await;
+}
+
+/// Units added to a running, sold-out sale are on sale at once on the instance
+/// that took the top-up, and on the others as soon as the stock event reaches
+/// them.
+#[tokio::test]
+async fn a_top_up_on_a_live_sold_out_sale_is_sellable_at_once() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let other = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(1).await;
+    assert_eq!(sell(&app, v, 1..2).await, 1);
+    // Both instances have seen "sold out" (and keep a local flag).
+    assert_eq!(code(&app.order(v, 2).await.1), "sold_out");
+    assert_eq!(code(&other.order(v, 3).await.1), "sold_out");
+
+    let (status, body) = top_up(&app, v, 2).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["stats"]["stock_remaining"], 2, "{body}");
+    let (status, body) = app.order(v, 2).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "at once on this instance: {body}");
+    eventually(Duration::from_secs(5), || async {
+        (other.order(v, 3).await.0 == StatusCode::ACCEPTED).then_some(())
+    })
+    .await
+    .expect("on sale on the other instance");
+    assert_eq!(code(&app.order(v, 4).await.1), "sold_out");
+    let (created, failed) = persisted(app.pg(), v, 3).await;
+    assert_eq!((created, failed), (3, 0));
+    assert_eq!(pg_stock(app.pg(), v).await, (0, 3));
+    other.shutdown().await;
+    app.shutdown().await;
+}
+
+/// The crash window, step by step through the domain functions: the Postgres
+/// half commits, the process "dies" before the Redis half. The recovery pass
+/// finishes it; applying the same top-up again, concurrently, or after a crash
+/// between the Redis step and marking it done adds its units once.
+#[tokio::test]
+async fn the_same_top_up_applied_twice_adds_its_units_once() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(2).await;
+    let st = app.app().state();
+    let (pg, redis, keys) = (&st.pg, &st.redis, &st.keys);
+
+    let mut tx = pg.begin().await.unwrap();
+    let t = topup::record(&mut tx, v, 3).await.unwrap().expect("a flash sale");
+    tx.commit().await.unwrap();
+    assert_eq!(pg_stock(pg, v).await, (5, 5));
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(2), "committed, not applied yet");
+
+    assert_eq!(st.lifecycle.recover_topups(Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(5));
+    assert_eq!(
+        st.lifecycle.recover_topups(Duration::ZERO).await.unwrap(),
+        0,
+        "nothing left"
+    );
+    let (a, b) = tokio::join!(topup::apply(pg, redis, keys, t.id), topup::apply(pg, redis, keys, t.id));
+    assert!(a.unwrap() && b.unwrap(), "done before: complete");
+    // A crash after the Redis step, before the top-up was marked done.
+    sqlx::query("UPDATE stock_topups SET done_at = NULL WHERE id = $1")
+        .bind(t.id)
+        .execute(pg)
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(topup::apply(pg, redis, keys, t.id), topup::apply(pg, redis, keys, t.id));
+    assert!(a.unwrap() && b.unwrap());
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "added once");
+
+    let accepted = sell(&app, v, 1..9).await;
+    let (created, failed) = persisted(pg, v, accepted).await;
+    assert_eq!((accepted, created, failed), (5, 5, 0));
+    app.shutdown().await;
+}
+
+/// A top-up is pending (committed in Postgres, not in Redis) when Redis loses the
+/// sale. The Redis half refuses (no stock key: never sell from nothing), the repair
+/// rebuilds the stock from Postgres, which counts the top-up, and marks it done:
+/// the recovery pass must not add it a second time.
+#[tokio::test]
+async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(2).await;
+    let st = app.app().state();
+    let mut tx = st.pg.begin().await.unwrap();
+    let t = topup::record(&mut tx, v, 3).await.unwrap().unwrap();
+    tx.commit().await.unwrap();
+
+    let mut conn = app.redis().await;
+    let () = redis::cmd("DEL")
+        .arg(ns.keys().stock(v))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        !topup::apply(&st.pg, &st.redis, &st.keys, t.id).await.unwrap(),
+        "no stock key: the top-up stays pending"
+    );
+    eventually(Duration::from_secs(30), || async {
+        let done: bool = sqlx::query_scalar("SELECT done_at IS NOT NULL FROM stock_topups WHERE id = $1")
+            .bind(t.id)
+            .fetch_one(&st.pg)
+            .await
+            .unwrap();
+        done.then_some(())
+    })
+    .await
+    .expect("the top-up is done (by the repair)");
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "2 + 3, rebuilt from Postgres");
+    assert_eq!(st.lifecycle.recover_topups(Duration::ZERO).await.unwrap(), 0);
+    assert!(topup::apply(&st.pg, &st.redis, &st.keys, t.id).await.unwrap());
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "not added again");
+
+    current_epoch(&app).await; // selling again
+    let accepted = sell(&app, v, 1..9).await;
+    let (created, failed) = persisted(&st.pg, v, accepted).await;
+    assert_eq!((accepted, created, failed), (5, 5, 0));
+    app.shutdown().await;
+}
+
+/// A repair under way (newer than the epoch Postgres has committed) has rebuilt the
+/// sale from Postgres, which counts the pending top-up: adding it to the rebuilt
+/// stock would add it twice. The Redis half leaves it pending (the repair marks it
+/// done when it commits); with no repair under way it goes through.
+#[tokio::test]
+async fn a_top_up_adds_nothing_to_a_sale_a_repair_under_way_has_rebuilt() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(2).await;
+    let st = app.app().state();
+    let epoch = current_epoch(&app).await;
+    let mut tx = st.pg.begin().await.unwrap();
+    let t = topup::record(&mut tx, v, 3).await.unwrap().unwrap();
+    tx.commit().await.unwrap();
+
+    let mut conn = app.redis().await;
+    let fence = ns.keys().repair_fence(v);
+    let before: Option<i64> = redis::cmd("GET").arg(&fence).query_async(&mut conn).await.unwrap();
+    let () = redis::cmd("SET")
+        .arg(&fence)
+        .arg(epoch + 1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!topup::apply(&st.pg, &st.redis, &st.keys, t.id).await.unwrap());
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(2), "left to the repair");
+    let mut restore = redis::cmd(if before.is_some() { "SET" } else { "DEL" });
+    restore.arg(&fence);
+    if let Some(b) = before {
+        restore.arg(b);
+    }
+    let () = restore.query_async(&mut conn).await.unwrap();
+    assert!(topup::apply(&st.pg, &st.redis, &st.keys, t.id).await.unwrap());
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(5));
+    app.shutdown().await;
+}
