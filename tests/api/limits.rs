@@ -1,20 +1,17 @@
-//! Issue 7 (part): rate limits and overload shedding, enforced in-process.
+//! Rate limits (per shopper, per client address) and overload shedding (requests in
+//! flight), all enforced in-process; health checks are exempt.
 use crate::helpers::*;
 use reqwest::StatusCode;
-use seckill::app::{Mode, Options};
 use std::io::Write;
 use std::time::Duration;
 
 #[tokio::test]
 async fn a_shopper_over_the_limit_gets_429_with_retry_after() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_RATE_LIMIT_PER_USER", "2")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RATE_LIMIT_PER_USER", "2")
+        .spawn()
+        .await;
     let v = app.flash_sale(10).await;
     let token = app.shopper(77);
     let mut limited = None;
@@ -43,13 +40,10 @@ async fn a_shopper_over_the_limit_gets_429_with_retry_after() {
 #[tokio::test]
 async fn an_address_over_the_limit_gets_429_but_health_checks_do_not() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(
-        &ns,
-        &[("SECKILL_RATE_LIMIT_PER_IP", "3")],
-        Options::default(),
-        Mode::All,
-    )
-    .await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RATE_LIMIT_PER_IP", "3")
+        .spawn()
+        .await;
     let mut statuses = Vec::new();
     for _ in 0..6 {
         statuses.push(app.get("/api/v1/vouchers?shop_id=1", None).await.0);
@@ -66,26 +60,39 @@ async fn an_address_over_the_limit_gets_429_but_health_checks_do_not() {
 #[tokio::test]
 async fn beyond_max_in_flight_requests_are_shed_with_503() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn_with(&ns, &[("SECKILL_MAX_IN_FLIGHT", "1")], Options::default(), Mode::All).await;
+    let app = TestApp::builder(&ns).env("SECKILL_MAX_IN_FLIGHT", "1").spawn().await;
     let addr = app.addr.trim_start_matches("http://").to_owned();
     let admin = app.admin();
-    let stalled = std::thread::spawn(move || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let (let_go, held) = std::sync::mpsc::channel::<()>();
+    let stalled = std::thread::spawn(move || loop {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
         write!(
             s,
             "POST /api/v1/admin/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
         )
         .unwrap();
-        std::thread::sleep(Duration::from_secs(3));
+        s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        // In flight until the test lets go (the connection closes with the thread).
+        // If it was answered instead (shed itself, because one of the test's requests
+        // was in flight when it arrived), hold a new one.
+        loop {
+            if !matches!(held.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                return;
+            }
+            match std::io::Read::read(&mut s, &mut [0u8; 512]) {
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                _ => break,
+            }
+        }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let resp = app
-        .client
-        .get(format!("{}/api/v1/vouchers?shop_id=1", app.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let list = format!("{}/api/v1/vouchers?shop_id=1", app.addr);
+    // Answered while the stalled request has not arrived yet; shed once it is in flight.
+    let resp = eventually(Duration::from_secs(10), || async {
+        let resp = app.client.get(&list).send().await.unwrap();
+        (resp.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(resp)
+    })
+    .await
+    .expect("shed while another request is in flight");
     assert_eq!(resp.headers()["retry-after"], "1");
     assert_eq!(code(&resp.json().await.unwrap()), "unavailable");
     assert_eq!(
@@ -93,6 +100,7 @@ async fn beyond_max_in_flight_requests_are_shed_with_503() {
         StatusCode::OK,
         "health is never shed"
     );
+    let_go.send(()).unwrap();
     stalled.join().unwrap();
     // The stalled request is gone: requests are admitted again.
     let ok = eventually(Duration::from_secs(10), || async {
