@@ -85,7 +85,11 @@ pub fn run(cli: Cli) -> Result<()> {
             Command::Migrate => {
                 let pg = app::pg_pool(&settings)?;
                 let counter = crate::sequence::counter::DurableCounter::new(
-                    crate::redis_conn::Redis::new(settings.redis_url.expose(), settings.dependency_timeout)?,
+                    crate::redis_conn::Redis::new(
+                        settings.redis_url.expose(),
+                        settings.redis_cluster,
+                        settings.dependency_timeout,
+                    )?,
                     pg.clone(),
                     crate::keys::Keys::new(&settings.namespace),
                 );

@@ -37,6 +37,13 @@ pub struct Settings {
     pub http_addr: String,
     pub database_url: Secret,
     pub redis_url: Secret,
+    /// `REDIS_URL` lists the seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER`).
+    pub redis_cluster: bool,
+    /// Replicas that must hold an order's reservation before it is acknowledged
+    /// (`SECKILL_REDIS_WAIT_REPLICAS`, Redis `WAIT`); 0: the master's word suffices.
+    pub redis_wait_replicas: u32,
+    /// How long an order waits for those replicas (`SECKILL_REDIS_WAIT_TIMEOUT_MS`).
+    pub redis_wait_timeout: Duration,
     pub amqp_url: Secret,
     pub namespace: String,
     pub jwt_secret: Secret,
@@ -109,6 +116,9 @@ impl Settings {
                 var("DATABASE_URL").unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
             ),
             redis_url: Secret::new(var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into())),
+            redis_cluster: flag(&var, "SECKILL_REDIS_CLUSTER", false)?,
+            redis_wait_replicas: num(&var, "SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16)? as u32,
+            redis_wait_timeout: Duration::from_millis(num(&var, "SECKILL_REDIS_WAIT_TIMEOUT_MS", 200, 1, 60_000)?),
             amqp_url: Secret::new(var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into())),
             namespace,
             jwt_secret,

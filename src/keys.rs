@@ -3,6 +3,19 @@
 //! All keys of one voucher share the hash tag `{v<id>}` so that the order script,
 //! which touches several of them, runs unchanged on Redis Cluster.
 
+/// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the part
+/// between the first `{` and the next `}`, if not empty) or of the whole key, mod 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).unwrap_or(key)) % 16384
+}
+
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
 /// Builds names under one namespace (`SECKILL_NAMESPACE`).
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -100,9 +113,15 @@ impl Keys {
         format!("{}:lock-released", self.ns)
     }
 
-    /// The newest fencing token a Redis key protected by a lock has seen.
+    /// The newest fencing token a Redis key protected by a lock has seen; in the
+    /// key's hash slot (a key without a hash tag becomes the tag), so that
+    /// `fenced_set.lua` runs on Redis Cluster too (a key with an empty tag `{}` and
+    /// no other is not supported: it has no tag to share).
     pub fn fence_seen(&self, key: &str) -> String {
-        format!("{key}:fence-seen")
+        match hash_tag(key.as_bytes()) {
+            Some(_) => format!("{key}:fence-seen"),
+            None => format!("{{{key}}}:fence-seen"),
+        }
     }
 
     /// Exchange the relay publishes order batches to.
@@ -153,5 +172,23 @@ mod tests {
             assert!(key.starts_with("ns:{v7}:"), "{key}");
         }
         assert_ne!(k.stock(7), k.stock(70));
+    }
+
+    #[test]
+    fn slots_follow_the_hash_tag_as_redis_cluster_does() {
+        // Values from `CLUSTER KEYSLOT` of Redis 7.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        // An empty tag is no tag: the whole key is hashed.
+        assert_eq!(
+            slot(b"foo{}{bar}"),
+            crc16::State::<crc16::XMODEM>::calculate(b"foo{}{bar}") % 16384
+        );
+        let k = Keys::new("ns");
+        assert_eq!(slot(k.stock(7).as_bytes()), slot(k.outbox(7).as_bytes()));
+        for key in ["ns:plain", "ns:{tag}:x"] {
+            assert_eq!(slot(key.as_bytes()), slot(k.fence_seen(key).as_bytes()), "{key}");
+        }
     }
 }

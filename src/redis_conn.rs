@@ -16,7 +16,13 @@
 //! on a runtime of its own, and a connection born there would die with that worker
 //! when the server stops, while the relay and worker still need it.
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind,
+    Value,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -60,7 +66,12 @@ impl Identity {
 
 #[derive(Clone)]
 pub struct Redis {
+    /// One node, or with `cluster` the first seed node (pub/sub goes to any node of a
+    /// cluster: a PUBLISH reaches the subscribers of every node).
     client: Client,
+    /// The seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER=true`).
+    cluster: Option<ClusterClient>,
+    seeds: Arc<[Client]>,
     /// The current connection: read on every command (a read lock, no await).
     slot: Arc<RwLock<Option<Conn>>>,
     /// Held while a new connection is made, so that callers make one, not many.
@@ -75,9 +86,15 @@ pub struct Redis {
 /// broken, so that the next caller opens a new one and checks who answers.
 #[derive(Clone)]
 pub struct Conn {
-    inner: MultiplexedConnection,
+    inner: Link,
     broken: Arc<AtomicBool>,
     run_id: Arc<str>,
+}
+
+#[derive(Clone)]
+enum Link {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
 }
 
 impl Conn {
@@ -103,14 +120,17 @@ fn is_fatal(e: &RedisError) -> bool {
         || e.is_connection_refusal()
         || matches!(
             e.kind(),
-            ErrorKind::ReadOnly | ErrorKind::MasterDown | ErrorKind::BusyLoadingError
+            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading)
         )
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let r = self.inner.req_packed_command(cmd).await;
+            let r = match &mut self.inner {
+                Link::Node(c) => c.req_packed_command(cmd).await,
+                Link::Cluster(c) => c.req_packed_command(cmd).await,
+            };
             self.watch(r)
         })
     }
@@ -122,21 +142,114 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let r = self.inner.req_packed_commands(cmd, offset, count).await;
+            let r = match &mut self.inner {
+                Link::Node(c) => c.req_packed_commands(cmd, offset, count).await,
+                Link::Cluster(c) if cmd.is_transaction() => c.req_packed_commands(cmd, offset, count).await,
+                Link::Cluster(c) => split_by_slot(c, cmd).await,
+            };
             self.watch(r)
         })
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Link::Node(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
     }
 }
 
+/// The first key of the commands our pipelines send: the first argument, or for
+/// scripts the first of their keys; none for commands that take no key.
+fn first_key(cmd: &Cmd) -> Option<&[u8]> {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    });
+    let name = args.next()?.to_ascii_uppercase();
+    match name.as_slice() {
+        b"INFO" | b"WAIT" | b"PING" | b"TIME" | b"CLUSTER" | b"SCRIPT" | b"PUBLISH" => None,
+        b"EVAL" | b"EVALSHA" => {
+            let _script = args.next()?;
+            let numkeys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
+            if numkeys == 0 {
+                None
+            } else {
+                args.next()
+            }
+        }
+        _ => args.next(),
+    }
+}
+
+/// A pipeline on a cluster, sent as one sub-pipeline per hash slot (concurrently),
+/// its replies put back in the pipeline's order. redis-rs refuses a pipeline whose
+/// keys span slots; ours only do for reads that need no atomicity (a sale's keys
+/// share one slot, and every script and transaction keeps to one).
+async fn split_by_slot(c: &mut ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
+    let mut groups: Vec<(Option<u16>, Vec<usize>, Pipeline)> = Vec::new();
+    for (i, cmd) in pipeline.cmd_iter().enumerate() {
+        let slot = first_key(cmd).map(crate::keys::slot);
+        // A command without a key rides with the one before it.
+        let slot = slot.or_else(|| groups.last().and_then(|g| g.0));
+        match groups.iter_mut().find(|g| g.0 == slot) {
+            Some(g) => {
+                g.1.push(i);
+                g.2.add_command(cmd.clone());
+            }
+            None => {
+                let mut p = redis::pipe();
+                p.add_command(cmd.clone());
+                groups.push((slot, vec![i], p));
+            }
+        }
+    }
+    if groups.len() == 1 {
+        return c.req_packed_commands(pipeline, 0, pipeline.len()).await;
+    }
+    let replies = futures::future::try_join_all(groups.iter().map(|(_, _, p)| {
+        let mut c = c.clone();
+        async move { c.req_packed_commands(p, 0, p.len()).await }
+    }))
+    .await?;
+    let mut out = vec![Value::Nil; pipeline.len()];
+    for ((_, indexes, _), values) in groups.iter().zip(replies) {
+        for (i, v) in indexes.iter().zip(values) {
+            out[*i] = v;
+        }
+    }
+    Ok(out)
+}
+
 impl Redis {
-    /// `timeout` bounds connecting and every single command.
-    pub fn new(url: &str, timeout: Duration) -> RedisResult<Self> {
+    /// `timeout` bounds connecting and every single command. With `cluster`, `url`
+    /// is a comma-separated list of seed nodes of a Redis Cluster.
+    pub fn new(url: &str, cluster: bool, timeout: Duration) -> RedisResult<Self> {
+        let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        if urls.len() > 1 && !cluster {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "REDIS_URL lists several nodes: set SECKILL_REDIS_CLUSTER=true for a Redis Cluster",
+            )));
+        }
+        let seeds: Vec<Client> = urls.iter().map(|u| Client::open(*u)).collect::<RedisResult<_>>()?;
+        let Some(client) = seeds.first().cloned() else {
+            return Err(RedisError::from((ErrorKind::InvalidClientConfig, "REDIS_URL is empty")));
+        };
+        let cluster = if cluster {
+            Some(
+                ClusterClient::builder(urls.iter().copied())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .build()?,
+            )
+        } else {
+            None
+        };
         Ok(Self {
-            client: Client::open(url)?,
+            client,
+            cluster,
+            seeds: seeds.into(),
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: Arc::new(Identity::default()),
@@ -151,6 +264,8 @@ impl Redis {
     pub fn dedicated(&self, timeout: Duration) -> Self {
         Self {
             client: self.client.clone(),
+            cluster: self.cluster.clone(),
+            seeds: self.seeds.clone(),
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: self.identity.clone(),
@@ -159,8 +274,22 @@ impl Redis {
         }
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// A pub/sub connection: to the node, or to the first seed of a cluster that
+    /// answers (a PUBLISH on any node of a cluster reaches every node's subscribers).
+    pub async fn pubsub(&self) -> RedisResult<redis::aio::PubSub> {
+        let mut last = None;
+        for seed in self.seeds.iter() {
+            match seed.get_async_pubsub().await {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| RedisError::from((ErrorKind::InvalidClientConfig, "no Redis node"))))
     }
 
     pub fn identity(&self) -> &Arc<Identity> {
@@ -218,20 +347,25 @@ impl Redis {
     }
 
     async fn connect(&self) -> Result<Conn, RedisError> {
-        let (client, timeout) = (self.client.clone(), self.timeout);
+        let (client, cluster, timeout) = (self.client.clone(), self.cluster.clone(), self.timeout);
         let connect = async move {
+            if let Some(cluster) = cluster {
+                let mut inner = cluster.get_async_connection().await?;
+                let run_id = masters_identity(&mut inner).await?;
+                return Ok(Conn {
+                    inner: Link::Cluster(inner),
+                    broken: Arc::new(AtomicBool::new(false)),
+                    run_id: run_id.into(),
+                });
+            }
             let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(timeout)
-                .set_response_timeout(timeout);
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout));
             let mut inner = client.get_multiplexed_async_connection_with_config(&config).await?;
             let info: String = redis::cmd("INFO").arg("server").query_async(&mut inner).await?;
-            let run_id = info
-                .lines()
-                .find_map(|l| l.strip_prefix("run_id:"))
-                .map(|s| s.trim().to_owned())
-                .ok_or_else(|| RedisError::from((ErrorKind::ResponseError, "INFO server has no run_id")))?;
+            let run_id = run_id_of(&info)?;
             Ok(Conn {
-                inner,
+                inner: Link::Node(inner),
                 broken: Arc::new(AtomicBool::new(false)),
                 run_id: run_id.into(),
             })
@@ -244,4 +378,73 @@ impl Redis {
             None => connect.await,
         }
     }
+
+    /// The identity of the servers behind this handle as they are now: the node's
+    /// `run_id`, or the sorted `run_id`s of every master of a cluster. The epoch
+    /// guard compares it with the connection's each second: a cluster client
+    /// follows a failover by itself, so only this check notices that a master is
+    /// now another process (a replica that may have missed writes).
+    pub async fn current_identity(&self) -> Result<Arc<str>, RedisError> {
+        let c = self.conn().await?;
+        match c.inner.clone() {
+            Link::Node(_) => Ok(c.run_id.clone()),
+            Link::Cluster(mut inner) => {
+                let now: Arc<str> = c.watch(masters_identity(&mut inner).await)?.into();
+                if now != c.run_id {
+                    // The masters changed under this connection: the next caller
+                    // opens a new one, which carries (and is checked for) the new
+                    // identity.
+                    tracing::warn!(was = %c.run_id, now = %now, "the masters of the Redis Cluster changed");
+                    c.broken.store(true, Ordering::Release);
+                }
+                Ok(now)
+            }
+        }
+    }
+}
+
+fn run_id_of(info: &str) -> Result<String, RedisError> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|s| s.trim().to_owned())
+        .ok_or_else(|| {
+            RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ResponseError),
+                "INFO server has no run_id",
+            ))
+        })
+}
+
+/// The sorted, comma-separated `run_id`s of every master of a cluster. Also
+/// refuses a cluster that does not serve every slot.
+async fn masters_identity(c: &mut ClusterConnection) -> Result<String, RedisError> {
+    let state: String = c
+        .route_command(
+            redis::cmd("CLUSTER").arg("INFO").to_owned(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .and_then(|v| redis::from_redis_value(v).map_err(Into::into))?;
+    if !state.lines().any(|l| l.trim() == "cluster_state:ok") {
+        return Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ClusterDown),
+            "the Redis Cluster does not serve every slot",
+        )));
+    }
+    let reply = c
+        .route_command(
+            redis::cmd("INFO").arg("server").to_owned(),
+            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+        )
+        .await?;
+    let infos: Vec<String> = match reply {
+        Value::Map(pairs) => pairs
+            .into_iter()
+            .map(|(_, v)| redis::from_redis_value(v))
+            .collect::<Result<_, _>>()?,
+        other => redis::from_redis_value(other)?,
+    };
+    let mut ids = infos.iter().map(|i| run_id_of(i)).collect::<Result<Vec<_>, _>>()?;
+    ids.sort();
+    Ok(ids.join(","))
 }

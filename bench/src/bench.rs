@@ -265,7 +265,11 @@ pub struct LockArgs {
 
 pub async fn run_lock(args: LockArgs, settings: &Settings) -> Result<()> {
     use seckill::lock::LockService;
-    let redis = seckill::redis_conn::Redis::new(settings.redis_url.expose(), settings.dependency_timeout)?;
+    let redis = seckill::redis_conn::Redis::new(
+        settings.redis_url.expose(),
+        settings.redis_cluster,
+        settings.dependency_timeout,
+    )?;
     let ns = format!("{}-lockbench-{}", settings.namespace, std::process::id());
     let stop = tokio_util::sync::CancellationToken::new();
     let locks = LockService::start(

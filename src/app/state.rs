@@ -85,8 +85,12 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let keys = Keys::new(&settings.namespace);
     let pg = pg_pool(&settings)?;
     let background_pg = pg_pool(&settings)?;
-    let redis = Redis::new(settings.redis_url.expose(), settings.dependency_timeout)
-        .context("REDIS_URL is not a valid Redis URL")?;
+    let redis = Redis::new(
+        settings.redis_url.expose(),
+        settings.redis_cluster,
+        settings.dependency_timeout,
+    )
+    .context("REDIS_URL is not a valid Redis URL")?;
     let broker = Arc::new(Broker::new(
         settings.amqp_url.expose(),
         keys.clone(),
@@ -166,6 +170,12 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         cache: cache.clone(),
         ids: ids.clone(),
         redis: redis.clone(),
+        replication: crate::order::place::Replication::new(
+            &redis,
+            settings.redis_wait_replicas,
+            settings.redis_wait_timeout,
+            settings.dependency_timeout,
+        ),
         keys: keys.clone(),
         clock: opts.clock.clone(),
         clock_skew: clock_skew.clone(),

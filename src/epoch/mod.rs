@@ -148,8 +148,9 @@ impl EpochGuard {
 
     /// Whether Postgres and Redis agree; the server's run id; the epoch row.
     async fn check(&self) -> Result<(bool, Arc<str>, Option<EpochRow>)> {
+        // The node's run_id, or every master's of a cluster, as they are now.
+        let run_id = self.redis.current_identity().await?;
         let mut conn = self.redis.conn().await?;
-        let run_id = conn.run_id().clone();
         let row = read_row(&self.pg, self.namespace()).await?;
         let now = chrono::Utc::now();
         let live: Vec<i64> = self
@@ -165,10 +166,10 @@ impl EpochGuard {
             pipe.exists(self.keys.stock(*v));
         }
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
-        let marker: Option<i64> = redis::from_redis_value(&reply[0]).ok().flatten();
+        let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();
         let stocks_present = reply[1..]
             .iter()
-            .all(|v| redis::from_redis_value::<bool>(v).unwrap_or(false));
+            .all(|v| redis::from_redis_value_ref::<bool>(v).unwrap_or(false));
         let healthy = row
             .as_ref()
             .is_some_and(|r| !r.repairing && *r.server == *run_id && marker == Some(r.epoch))

@@ -163,10 +163,10 @@ impl LockService {
 async fn listen(svc: Weak<LockService>, stop: CancellationToken) {
     while !stop.is_cancelled() {
         let Some(s) = svc.upgrade() else { return };
-        let (client, channel) = (s.redis.client().clone(), s.keys.lock_released());
+        let (redis, channel) = (s.redis.clone(), s.keys.lock_released());
         drop(s);
         let run = async {
-            let mut pubsub = client.get_async_pubsub().await?;
+            let mut pubsub = redis.pubsub().await?;
             pubsub.subscribe(&channel).await?;
             let mut messages = pubsub.on_message();
             while let Some(msg) = messages.next().await {

@@ -4,6 +4,14 @@
 //! Redis round trip: `lua/reserve.lua` (EVALSHA) admits or refuses the order and, when
 //! it admits it, has already put it in the voucher's outbox. The order id comes
 //! from the ID worker's in-memory block.
+//!
+//! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 the script and a `WAIT` travel in one
+//! pipeline (still one round trip), and the order is acknowledged only once that
+//! many replicas hold its reservation: a failover to a replica then cannot lose
+//! it. `WAIT` holds its connection until the replicas answer, so these pipelines
+//! go over a pool of connections of their own rather than the shared one. Past the
+//! deadline the shopper gets 503: the order may exist (its reservation is on the
+//! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 use super::id_worker::IdWorker;
 use crate::clock::Clock;
 use crate::clock_skew::ClockSkew;
@@ -67,12 +75,45 @@ fn unavailable(message: &'static str, retry_after_secs: u64) -> Refusal {
     }
 }
 
+/// Replicas an order's reservation must reach before it is acknowledged.
+#[derive(Clone)]
+pub struct Replication {
+    pub replicas: u32,
+    /// How long `WAIT` waits for them.
+    pub deadline: std::time::Duration,
+    /// Connections for script + `WAIT` pipelines, taken in turn.
+    pub links: Arc<[Redis]>,
+    pub next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Replication {
+    /// `replicas` 0: none is awaited. Otherwise `links` handles on `redis`'s servers.
+    pub fn new(redis: &Redis, replicas: u32, deadline: std::time::Duration, timeout: std::time::Duration) -> Self {
+        let links = if replicas == 0 {
+            Vec::new()
+        } else {
+            (0..WAIT_LINKS).map(|_| redis.dedicated(timeout + deadline)).collect()
+        };
+        Self {
+            replicas,
+            deadline,
+            links: links.into(),
+            next: Default::default(),
+        }
+    }
+}
+
+/// Connections for orders awaiting replicas: each carries one order's `WAIT` at a
+/// time, for about one replication round trip.
+const WAIT_LINKS: usize = 16;
+
 /// What placing an order needs.
 #[derive(Clone)]
 pub struct OrderDesk {
     pub cache: Arc<VoucherCache>,
     pub ids: Arc<IdWorker>,
     pub redis: Redis,
+    pub replication: Replication,
     pub keys: Keys,
     pub clock: Clock,
     pub clock_skew: Arc<ClockSkew>,
@@ -126,6 +167,20 @@ impl OrderDesk {
                 Err(Refusal::SoldOut)
             }
             Reservation::AlreadyOrdered => Err(Refusal::AlreadyOrdered),
+            Reservation::NotReplicated { acked } => {
+                tracing::warn!(
+                    voucher_id,
+                    order_id,
+                    acked,
+                    wanted = self.replication.replicas,
+                    "an order's reservation did not reach enough replicas in time"
+                );
+                self.metrics.order("not_replicated");
+                Err(unavailable(
+                    "the order is not yet safe on enough Redis replicas: it may exist (see /orders/mine); a retry is safe",
+                    1,
+                ))
+            }
             Reservation::NotLoaded => {
                 tracing::error!(
                     voucher_id,
@@ -150,29 +205,72 @@ impl OrderDesk {
         created_ms: i64,
     ) -> anyhow::Result<Reservation> {
         let k = &self.keys;
-        let Some((mut conn, _epoch)) = self.redis.verified().await? else {
+        let r = &self.replication;
+        let redis = match r.replicas {
+            0 => &self.redis,
+            _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
+        };
+        let Some((mut conn, _epoch)) = redis.verified().await? else {
             return Ok(Reservation::Unverified);
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
-        let code: i64 = RESERVE
-            .key(k.stock(voucher_id))
-            .key(k.buyers(voucher_id))
-            .key(k.orders(voucher_id))
-            .key(k.outbox(voucher_id))
-            .arg(user_id)
-            .arg(order_id)
-            .arg(created_ms)
-            .arg(voucher_id)
-            .invoke_async(&mut conn)
-            .await
-            .context("reserve.lua")?;
+        let keys = [
+            k.stock(voucher_id),
+            k.buyers(voucher_id),
+            k.orders(voucher_id),
+            k.outbox(voucher_id),
+        ];
+        let args = [user_id, order_id, created_ms, voucher_id];
+        let (code, acked) = if r.replicas == 0 {
+            let mut invocation = RESERVE.prepare_invoke();
+            invocation.key(&keys).arg(&args);
+            let code: i64 = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
+            (code, None)
+        } else {
+            let (code, acked) = reserve_and_wait(&mut conn, &keys, &args, r)
+                .await
+                .context("reserve.lua + WAIT")?;
+            (code, Some(acked))
+        };
         Ok(match code {
-            n if n >= 0 => Reservation::Accepted { stock_left: n },
+            n if n >= 0 => match acked {
+                Some(acked) if acked < r.replicas as i64 => Reservation::NotReplicated { acked },
+                _ => Reservation::Accepted { stock_left: n },
+            },
             -1 => Reservation::SoldOut,
             -2 => Reservation::AlreadyOrdered,
             -3 => Reservation::NotLoaded,
             other => anyhow::bail!("reserve.lua returned unknown code {other}"),
         })
+    }
+}
+
+/// The script (EVALSHA, or EVAL once if the server does not know it yet) and
+/// `WAIT replicas deadline` in one pipeline: the script's code and how many
+/// replicas acknowledged its writes.
+async fn reserve_and_wait(
+    conn: &mut crate::redis_conn::Conn,
+    keys: &[String],
+    args: &[i64],
+    r: &Replication,
+) -> redis::RedisResult<(i64, i64)> {
+    let wait_ms = r.deadline.as_millis().max(1) as u64;
+    let pipeline = |script: redis::Cmd| {
+        let mut script = script;
+        script.arg(keys.len()).arg(keys).arg(args);
+        let mut pipe = redis::pipe();
+        pipe.add_command(script).cmd("WAIT").arg(r.replicas).arg(wait_ms);
+        pipe
+    };
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha.arg(RESERVE.get_hash());
+    match pipeline(evalsha).query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(include_str!("../../lua/reserve.lua"));
+            pipeline(eval).query_async(conn).await
+        }
+        other => other,
     }
 }
 
@@ -184,6 +282,11 @@ pub enum Reservation {
     },
     SoldOut,
     AlreadyOrdered,
+    /// Admitted on the master, but fewer than the required replicas acknowledged it
+    /// in time: not acknowledged to the shopper (503).
+    NotReplicated {
+        acked: i64,
+    },
     /// Redis has no stock for the voucher (it lost it): refuse, never sell from nothing.
     NotLoaded,
     /// The Redis server is not verified (it may have gone back in time, and the

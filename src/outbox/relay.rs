@@ -37,6 +37,32 @@ pub struct Relay {
 /// How often the relay re-reads the registry of outboxes.
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);
 
+/// How long a relay on a Redis Cluster waits between reads that found nothing.
+const CLUSTER_POLL_MS: u64 = 20;
+
+/// XREADGROUP on streams of one hash slot; `block` waits up to [`BLOCK_MS`] for new
+/// entries.
+async fn read_group(
+    conn: &mut crate::redis_conn::Conn,
+    consumer: &str,
+    batch: usize,
+    streams: &[String],
+    read: Read,
+    block: bool,
+) -> redis::RedisResult<Option<StreamReadReply>> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP").arg(RELAY_GROUP).arg(consumer).arg("COUNT").arg(batch);
+    if read == Read::New && block {
+        cmd.arg("BLOCK").arg(BLOCK_MS);
+    }
+    cmd.arg("STREAMS").arg(streams);
+    let id = if read == Read::New { ">" } else { "0" };
+    for _ in streams {
+        cmd.arg(id);
+    }
+    cmd.query_async(conn).await
+}
+
 /// Which entries a step reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Read {
@@ -173,21 +199,35 @@ impl Relay {
         streams: &[String],
         read: Read,
     ) -> redis::RedisResult<Option<StreamReadReply>> {
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(RELAY_GROUP)
-            .arg(&self.consumer)
-            .arg("COUNT")
-            .arg(self.batch);
-        if read == Read::New {
-            cmd.arg("BLOCK").arg(BLOCK_MS);
+        // One XREADGROUP may only name streams of one hash slot on a cluster: there,
+        // streams of several slots are read slot by slot, at once and without
+        // blocking (a blocked read would hold up the others on its node's
+        // connection), and an idle round sleeps a short poll instead.
+        let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
+        for s in streams {
+            let slot = if self.redis.is_cluster() {
+                crate::keys::slot(s.as_bytes())
+            } else {
+                0
+            };
+            match by_slot.iter_mut().find(|g| g.0 == slot) {
+                Some(g) => g.1.push(s.clone()),
+                None => by_slot.push((slot, vec![s.clone()])),
+            }
         }
-        cmd.arg("STREAMS").arg(streams);
-        let id = if read == Read::New { ">" } else { "0" };
-        for _ in streams {
-            cmd.arg(id);
+        if by_slot.len() == 1 {
+            return read_group(conn, &self.consumer, self.batch, &by_slot[0].1, read, true).await;
         }
-        cmd.query_async(conn).await
+        let replies = futures::future::try_join_all(by_slot.iter().map(|(_, group)| {
+            let mut conn = conn.clone();
+            async move { read_group(&mut conn, &self.consumer, self.batch, group, read, false).await }
+        }))
+        .await?;
+        let keys: Vec<_> = replies.into_iter().flatten().flat_map(|r| r.keys).collect();
+        if keys.is_empty() && read == Read::New {
+            tokio::time::sleep(Duration::from_millis(CLUSTER_POLL_MS)).await;
+        }
+        Ok((!keys.is_empty()).then_some(StreamReadReply { keys }))
     }
 
     async fn publish(&self, channel: &Channel, orders: &[OrderMsg]) -> Result<()> {

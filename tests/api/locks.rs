@@ -30,11 +30,7 @@ async fn two_instances_of_fifty_tasks_each_are_mutually_excluded() {
             let locks = app.app().state().locks.clone();
             let key = key.clone();
             tasks.push(tokio::spawn(async move {
-                let mut redis = redis::Client::open(redis_url())
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
+                let mut redis = test_redis().conn().await.unwrap();
                 let guard = locks.owner().lock("counter").await.unwrap();
                 let v: Option<i64> = redis::cmd("GET").arg(&key).query_async(&mut redis).await.unwrap();
                 tokio::task::yield_now().await;

@@ -16,6 +16,7 @@ mod orders;
 mod persist;
 mod pipeline;
 mod repair;
+mod replication;
 mod rollback;
 mod sequences;
 mod topups;

@@ -144,7 +144,7 @@ async fn counters_of_two_epochs_on_one_server_never_overlap() {
     let state = app.app().state();
     let epoch = current_epoch(&app).await;
     let counter_at = |e: i64| async move {
-        let redis = Redis::new(&redis_url(), Duration::from_secs(2)).unwrap();
+        let redis = Redis::new(&redis_url(), false, Duration::from_secs(2)).unwrap();
         let run_id = redis.conn().await.unwrap().run_id().clone();
         redis.identity().set(Some(Verified {
             run_id,

@@ -241,7 +241,7 @@ async fn follow_once(
     keys: &Keys,
     stop: &CancellationToken,
 ) -> Result<()> {
-    let mut pubsub = redis.client().get_async_pubsub().await.context("opening pub/sub")?;
+    let mut pubsub = redis.pubsub().await.context("opening pub/sub")?;
     pubsub
         .subscribe(keys.events())
         .await

@@ -6,6 +6,7 @@ use seckill::clock::Clock;
 use seckill::config::Settings;
 use seckill::http::auth::{JwtKeys, Role};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// A running instance and a client for it. `shutdown` stops it gracefully, `crash`
 /// at once; dropping it stops it too.
@@ -197,9 +198,13 @@ impl TestApp {
 
     /// A Redis connection of the test's own (not the application's) to the server
     /// the instance uses.
-    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.app().state().settings.redis_url.expose()).unwrap();
-        client.get_multiplexed_async_connection().await.expect("redis")
+    pub async fn redis(&self) -> seckill::redis_conn::Conn {
+        let s = &self.app().state().settings;
+        seckill::redis_conn::Redis::new(s.redis_url.expose(), s.redis_cluster, Duration::from_secs(5))
+            .unwrap()
+            .conn()
+            .await
+            .expect("redis")
     }
 
     pub async fn shutdown(mut self) {

@@ -19,9 +19,26 @@ use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "integration-test-secret-0123456789";
 
-/// The Redis server tests share: `REDIS_URL`, by default the machine's.
+/// The Redis server tests share: `REDIS_URL`, by default the machine's; with
+/// `TEST_REDIS_CLUSTER` set, the seed nodes it lists (a Redis Cluster, as
+/// `scripts/redis_cluster.sh --urls` prints them).
 pub fn redis_url() -> String {
-    from_env("REDIS_URL", "redis://127.0.0.1:6379")
+    match cluster_seeds() {
+        Some(seeds) => seeds,
+        None => from_env("REDIS_URL", "redis://127.0.0.1:6379"),
+    }
+}
+
+/// The seed nodes of the Redis Cluster the tests run on, if they run on one.
+pub fn cluster_seeds() -> Option<String> {
+    std::env::var("TEST_REDIS_CLUSTER")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+}
+
+/// A handle on the shared Redis (node or cluster) for the test's own commands.
+pub fn test_redis() -> seckill::redis_conn::Redis {
+    seckill::redis_conn::Redis::new(&redis_url(), cluster_seeds().is_some(), Duration::from_secs(5)).unwrap()
 }
 
 /// The RabbitMQ broker tests share: `AMQP_URL`, by default the machine's.
@@ -77,6 +94,10 @@ impl Namespace {
             ("SECKILL_HTTP_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
             ("DATABASE_URL".to_owned(), with_database(&admin_db_url(), &db)),
             ("REDIS_URL".to_owned(), redis_url()),
+            (
+                "SECKILL_REDIS_CLUSTER".to_owned(),
+                cluster_seeds().is_some().to_string(),
+            ),
             ("AMQP_URL".to_owned(), amqp_url()),
             ("SECKILL_NAMESPACE".to_owned(), name.clone()),
             ("SECKILL_JWT_SECRET".to_owned(), SECRET.to_owned()),
@@ -116,16 +137,30 @@ impl Drop for Namespace {
                         .execute(&admin)
                         .await;
                 }
-                if let Ok(client) = redis::Client::open(redis_url) {
-                    if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                        let keys: Vec<String> = redis::cmd("KEYS")
-                            .arg(format!("{name}:*"))
-                            .query_async(&mut conn)
-                            .await
-                            .unwrap_or_default();
-                        if !keys.is_empty() {
-                            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut conn).await;
+                // Every node's keys (a cluster's are spread over its masters),
+                // deleted one by one through a handle that routes each to its slot.
+                let mut keys: Vec<String> = Vec::new();
+                for url in redis_url.split(',') {
+                    if let Ok(client) = redis::Client::open(url.trim()) {
+                        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                            let found: Vec<String> = redis::cmd("KEYS")
+                                .arg(format!("{name}:*"))
+                                .query_async(&mut conn)
+                                .await
+                                .unwrap_or_default();
+                            keys.extend(found);
                         }
+                    }
+                }
+                keys.sort();
+                keys.dedup();
+                if !keys.is_empty() {
+                    if let Ok(mut conn) = test_redis().conn().await {
+                        let mut pipe = redis::pipe();
+                        for k in &keys {
+                            pipe.del(k).ignore();
+                        }
+                        let _: Result<(), _> = pipe.query_async(&mut conn).await;
                     }
                 }
                 // Made here: a broker connects on the runtime it was made on.
