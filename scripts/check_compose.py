@@ -51,3 +51,27 @@ dockerfile = open(os.path.join(root, "Dockerfile"), encoding="utf-8").read()
 stages = [l for l in dockerfile.splitlines() if l.upper().startswith("FROM ")]
 if len(stages) < 2 or " AS " not in stages[0].upper():
     fail("the Dockerfile must be multi-stage")
+
+# The Redis Cluster variant (docker-compose.cluster.yml, layered over the main file).
+cluster_path = os.path.join(root, "docker-compose.cluster.yml")
+with open(cluster_path, encoding="utf-8") as f:
+    cluster = yaml.safe_load(f)
+cservices = cluster.get("services") or fail("the cluster variant has no services")
+nodes = [n for n in cservices if n.startswith("redis-node-")]
+if len(nodes) < 6:
+    fail("the cluster variant needs 6 Redis nodes (3 masters, 3 replicas)")
+for n in nodes:
+    cmd = " ".join(cservices[n].get("command", []))
+    if "--cluster-enabled yes" not in cmd or "--appendonly yes" not in cmd:
+        fail(f"{n} must run with --cluster-enabled yes and AOF")
+if "--cluster-replicas 1" not in " ".join(cservices["redis-cluster-init"].get("command", [])):
+    fail("redis-cluster-init must create the cluster with one replica per master")
+for name in ["api", "worker"]:
+    env = (cservices.get(name) or {}).get("environment") or {}
+    if env.get("SECKILL_REDIS_CLUSTER") != "true" or "," not in env.get("REDIS_URL", ""):
+        fail(f"{name} of the cluster variant must set SECKILL_REDIS_CLUSTER and list seed nodes")
+merged = set(services) | set(cservices)
+for name, svc in cservices.items():
+    for dep in svc.get("depends_on") or {}:
+        if dep not in merged:
+            fail(f"{name} (cluster variant) depends on unknown service {dep}")

@@ -17,8 +17,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Tests that start servers of their own (RabbitMQ, PostgreSQL) need root; they are
 # #[ignore]d for everyone else and included here when we are root (as CI is).
 if [ "$(id -u)" = 0 ]; then
-  cargo test --workspace --all-targets -- --include-ignored
+  ignored=(--include-ignored)
 else
   echo "test.sh: not root; the tests that need root are ignored (cargo lists them)" >&2
-  cargo test --workspace --all-targets
+  ignored=()
 fi
+cargo test --workspace --all-targets -- "${ignored[@]}"
+# The integration tests again on a local Redis Cluster of 3 masters and 3 replicas
+# (SECKILL_REDIS_CLUSTER=true); tests that run Redis servers of their own keep
+# those (one node each).
+TEST_REDIS_CLUSTER=$(scripts/redis_cluster.sh --urls) cargo test --test api -- "${ignored[@]}"

@@ -23,6 +23,10 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     let redis = async {
         let mut conn = state.redis.conn().await?;
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        // A cluster must serve every slot, and every master must answer.
+        if state.redis.is_cluster() {
+            state.redis.current_identity().await?;
+        }
         anyhow::Ok(())
     };
     let amqp = state.broker.check();

@@ -137,14 +137,14 @@ async fn a_stale_repair_cannot_write_a_sale() {
 /// stamps the durable mark with the new epoch and the old keys can no longer raise it.
 #[tokio::test]
 async fn counters_of_two_epochs_on_one_server_never_overlap() {
-    use seckill::redis_conn::{Redis, Verified};
+    use seckill::redis_conn::Verified;
     use seckill::sequence::counter::DurableCounter;
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let state = app.app().state();
     let epoch = current_epoch(&app).await;
     let counter_at = |e: i64| async move {
-        let redis = Redis::new(&redis_url(), false, Duration::from_secs(2)).unwrap();
+        let redis = test_redis();
         let run_id = redis.conn().await.unwrap().run_id().clone();
         redis.identity().set(Some(Verified {
             run_id,

@@ -156,8 +156,13 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
         // Everything of this deployment goes, the outbox too: the orders in it at that
         // instant (read in the same MULTI) are lost with it, acknowledged or not; that
         // is what Redis durability settings are for. Everything else must survive.
+        // On a cluster the sale's keys (one slot) go in that MULTI, the others
+        // (epoch marker, counters) right after.
         let mut redis = app.redis().await;
-        let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut redis).await.unwrap();
+        let (sale, others): (Vec<String>, Vec<String>) = all_keys(&redis_url(), &pattern)
+            .await
+            .into_iter()
+            .partition(|k| seckill::keys::slot(k.as_bytes()) == seckill::keys::slot(outbox.as_bytes()));
         let (entries, _): (redis::streams::StreamRangeReply, i64) = redis::pipe()
             .atomic()
             .cmd("XRANGE")
@@ -165,10 +170,15 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
             .arg("-")
             .arg("+")
             .cmd("DEL")
-            .arg(keys)
+            .arg(sale)
             .query_async(&mut redis)
             .await
             .unwrap();
+        let mut rest = redis::pipe();
+        for k in &others {
+            rest.del(k).ignore();
+        }
+        let () = rest.query_async(&mut redis).await.unwrap();
         destroyed
             .lock()
             .unwrap()

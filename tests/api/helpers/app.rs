@@ -29,8 +29,12 @@ pub struct Builder<'a> {
 
 impl Builder<'_> {
     /// A setting of this instance's (over the namespace's), e.g. `SECKILL_ID_BLOCK`
-    /// or a `REDIS_URL` of a server of the test's own.
+    /// or a `REDIS_URL` of a server of the test's own (one node, unless the test
+    /// also sets `SECKILL_REDIS_CLUSTER`).
     pub fn env(mut self, key: &str, value: impl Into<String>) -> Self {
+        if key == "REDIS_URL" {
+            self.env.push(("SECKILL_REDIS_CLUSTER".to_owned(), "false".to_owned()));
+        }
         self.env.push((key.to_owned(), value.into()));
         self
     }

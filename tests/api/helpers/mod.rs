@@ -139,21 +139,7 @@ impl Drop for Namespace {
                 }
                 // Every node's keys (a cluster's are spread over its masters),
                 // deleted one by one through a handle that routes each to its slot.
-                let mut keys: Vec<String> = Vec::new();
-                for url in redis_url.split(',') {
-                    if let Ok(client) = redis::Client::open(url.trim()) {
-                        if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
-                            let found: Vec<String> = redis::cmd("KEYS")
-                                .arg(format!("{name}:*"))
-                                .query_async(&mut conn)
-                                .await
-                                .unwrap_or_default();
-                            keys.extend(found);
-                        }
-                    }
-                }
-                keys.sort();
-                keys.dedup();
+                let keys = all_keys(&redis_url, &format!("{name}:*")).await;
                 if !keys.is_empty() {
                     if let Ok(mut conn) = test_redis().conn().await {
                         let mut pipe = redis::pipe();
@@ -170,6 +156,27 @@ impl Drop for Namespace {
         });
         let _ = done.join();
     }
+}
+
+/// The keys matching `pattern` on every node `redis_url` lists (a cluster's are
+/// spread over its masters), each once.
+pub async fn all_keys(redis_url: &str, pattern: &str) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for url in redis_url.split(',') {
+        if let Ok(client) = redis::Client::open(url.trim()) {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg(pattern)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap_or_default();
+                keys.extend(found);
+            }
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// Polls `check` until it returns Some or `timeout` passes.
