@@ -97,10 +97,19 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         settings.dependency_timeout,
         settings.delivery_limit,
     ));
-    let background_counter = DurableCounter::new(redis.clone(), background_pg.clone(), keys.clone());
+    let (wait_replicas, wait_deadline) = (settings.redis_wait_replicas, settings.redis_wait_timeout);
+    let background_counter = DurableCounter::new(redis.clone(), background_pg.clone(), keys.clone()).with_replicas(
+        wait_replicas,
+        wait_deadline,
+        settings.dependency_timeout,
+    );
     let background_sequences = Sequences::new(background_counter.clone(), background_pg.clone(), opts.clock.clone());
     let sequences = Sequences::new(
-        DurableCounter::new(redis.clone(), pg.clone(), keys.clone()),
+        DurableCounter::new(redis.clone(), pg.clone(), keys.clone()).with_replicas(
+            wait_replicas,
+            wait_deadline,
+            settings.dependency_timeout,
+        ),
         pg.clone(),
         opts.clock.clone(),
     );

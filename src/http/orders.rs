@@ -28,7 +28,12 @@ fn not_found() -> ApiError {
         BadRequest, Unauthorized, VoucherNotFound,
         (status = 409, body = ErrorBody,
             description = "not_a_flash_sale, sale_not_started, sale_ended, sold_out, already_ordered"),
-        RateLimited, Unavailable))]
+        RateLimited,
+        (status = 503, body = ErrorBody, headers(("Retry-After" = u64, description = "seconds")),
+            description = "unavailable: Redis cannot take the order now, or (with SECKILL_REDIS_WAIT_REPLICAS) \
+                its reservation did not reach enough replicas in time. The order may still have been \
+                admitted: GET /api/v1/vouchers/{id}/orders/mine tells, and a retry is safe (it answers \
+                already_ordered if it was)")))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
 pub async fn place(
     req: HttpRequest,

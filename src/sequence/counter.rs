@@ -14,6 +14,12 @@
 //! may have gone back gets a new epoch, so new keys, which start from the durable
 //! mark.
 //!
+//! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 ([`DurableCounter::with_replicas`]) a
+//! range is handed out only once that many replicas hold it (`WAIT`, in the same
+//! pipeline as the script, over a connection of the counter's own), so a failover
+//! to a replica cannot hand the same values out again in the moment before the
+//! epoch guard notices the new master.
+//!
 //! One window is not covered: an instance reads the durable mark after a loss, and
 //! before it initialises the key another instance initialises it, raises the mark,
 //! issues values, and Redis loses the key *again* (same server, same epoch); the
@@ -35,6 +41,9 @@ pub struct DurableCounter {
     redis: Redis,
     pg: PgPool,
     keys: Keys,
+    /// Replicas that must hold a range before it is handed out, and how long to
+    /// wait for them.
+    wait: Option<(u32, std::time::Duration)>,
 }
 
 /// A range of values `first..=last` that belongs to the caller alone.
@@ -46,7 +55,22 @@ pub struct Range {
 
 impl DurableCounter {
     pub fn new(redis: Redis, pg: PgPool, keys: Keys) -> Self {
-        Self { redis, pg, keys }
+        Self {
+            redis,
+            pg,
+            keys,
+            wait: None,
+        }
+    }
+
+    /// Hands a range out only once `replicas` replicas hold it (none: 0). `WAIT`
+    /// holds its connection until they answer, so the counter gets one of its own.
+    pub fn with_replicas(mut self, replicas: u32, deadline: std::time::Duration, timeout: std::time::Duration) -> Self {
+        if replicas > 0 {
+            self.redis = self.redis.dedicated(timeout + deadline);
+            self.wait = Some((replicas, deadline));
+        }
+        self
     }
 
     /// Takes `count` consecutive values of `scope`. The Redis keys live `ttl_secs`
@@ -65,16 +89,39 @@ impl DurableCounter {
                 bail!("Redis is not verified yet (it may have gone back in time); no values until it is");
             };
             let (value_key, ceiling_key) = self.keys.counter(scope, epoch);
-            let (code, n): (i64, i64) = NEXT
-                .key(&value_key)
+            let mut next = NEXT.prepare_invoke();
+            next.key(&value_key)
                 .key(&ceiling_key)
                 .arg(count)
                 .arg(ttl_secs)
-                .arg(&floor)
-                .invoke_async(&mut conn)
-                .await
-                .context("counter_next.lua")?;
+                .arg(&floor);
+            let ((code, n), acked): ((i64, i64), Option<i64>) = match self.wait {
+                None => (next.invoke_async(&mut conn).await.context("counter_next.lua")?, None),
+                Some((replicas, deadline)) => {
+                    // EVAL, not EVALSHA: this pipeline cannot load the script on the
+                    // way, and counters are called once per block of values.
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("EVAL")
+                        .arg(include_str!("../../lua/counter_next.lua"))
+                        .arg(2)
+                        .arg(&value_key)
+                        .arg(&ceiling_key)
+                        .arg(count)
+                        .arg(ttl_secs)
+                        .arg(&floor)
+                        .cmd("WAIT")
+                        .arg(replicas)
+                        .arg(deadline.as_millis().max(1) as u64);
+                    let (reply, acked) = pipe.query_async(&mut conn).await.context("counter_next.lua + WAIT")?;
+                    (reply, Some(acked))
+                }
+            };
             match code {
+                1 if acked.is_some_and(|a| a < self.wait.map_or(0, |w| w.0) as i64) => {
+                    // Taken on the master but not yet safe: a failover could hand
+                    // them out again. Skipped (numbers may skip, never repeat).
+                    bail!("counter {scope}: values not held by enough Redis replicas in time");
+                }
                 1 => {
                     let last = n as u64;
                     return Ok(Range {

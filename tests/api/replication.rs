@@ -2,6 +2,7 @@
 //! in several hash slots), and `SECKILL_REDIS_WAIT_REPLICAS`. These run on one
 //! node and, with `TEST_REDIS_CLUSTER` set (the test command does), on the local
 //! cluster of `scripts/redis_cluster.sh`.
+use crate::fixtures::{signal, OwnRedis};
 use crate::helpers::*;
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -65,44 +66,31 @@ async fn several_sales_at_once_each_sell_exactly_their_stock() {
     }
 }
 
-/// `SECKILL_REDIS_WAIT_REPLICAS=1`. On a cluster (a replica per master) an order is
-/// acknowledged once its replica holds it, and the sale sells exactly its stock.
-/// On a node without replicas no order can be acknowledged: each gets 503 with
-/// Retry-After, yet its reservation is on the master, so the shopper finds the
-/// order with `…/orders/mine`, a retry answers `already_ordered`, and the order
-/// reaches Postgres like any other.
+/// `SECKILL_REDIS_WAIT_REPLICAS=1` on a master and replica of the test's own. While
+/// the replica answers, orders are acknowledged. While it is stopped, no order can
+/// be: each gets 503 with Retry-After, yet its reservation is on the master, so the
+/// shopper finds the order with `…/orders/mine`, a retry answers `already_ordered`,
+/// and the order reaches Postgres like any other. Once the replica is back, orders
+/// are acknowledged again.
 #[tokio::test]
 async fn orders_are_acknowledged_only_once_a_replica_holds_them() {
     let ns = Namespace::new().await;
+    let master = OwnRedis::snapshots_only();
+    let replica = OwnRedis::replica_of(&master);
     let app = TestApp::builder(&ns)
+        .env("REDIS_URL", master.url())
         .env("SECKILL_REDIS_WAIT_REPLICAS", "1")
         .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "100")
         .spawn()
         .await;
     let v = app.flash_sale(5).await;
-    if cluster_seeds().is_some() {
-        let mut accepted = 0;
-        for user in 1..=8 {
-            let (status, body) = app.order(v, user).await;
-            match status {
-                StatusCode::ACCEPTED => accepted += 1,
-                StatusCode::CONFLICT => assert_eq!(code(&body), "sold_out"),
-                other => panic!("unexpected {other}: {body}"),
-            }
-        }
-        assert_eq!(accepted, 5);
-        let persisted = eventually(Duration::from_secs(20), || async {
-            (app.stats(v).await["orders_persisted"] == 5).then_some(())
-        })
-        .await;
-        assert!(persisted.is_some());
-        assert_balanced(&app, v).await;
-        return;
-    }
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED, "the replica holds it");
+
+    signal(replica.process(), "STOP");
     let resp = app
         .client
         .post(format!("{}/api/v1/vouchers/{v}/orders", app.addr))
-        .bearer_auth(app.shopper(42))
+        .bearer_auth(app.shopper(2))
         .json(&serde_json::json!({}))
         .send()
         .await
@@ -111,18 +99,67 @@ async fn orders_are_acknowledged_only_once_a_replica_holds_them() {
     assert_eq!(resp.headers()["retry-after"], "1");
     assert_eq!(code(&resp.json().await.unwrap()), "unavailable");
     let (status, mine) = app
-        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(42)))
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(2)))
         .await;
     assert_eq!(status, StatusCode::OK, "the reservation is on the master: {mine}");
-    let (status, again) = app.order(v, 42).await;
+    let (status, again) = app.order(v, 2).await;
     assert_eq!((status, code(&again)), (StatusCode::CONFLICT, "already_ordered"));
+    signal(replica.process(), "CONT");
+
+    let back = eventually(Duration::from_secs(10), || async {
+        (app.order(v, 3).await.0 == StatusCode::ACCEPTED).then_some(())
+    })
+    .await;
+    assert!(back.is_some(), "acknowledged again once the replica is back");
     let persisted = eventually(Duration::from_secs(20), || async {
-        (app.stats(v).await["orders_persisted"] == 1).then_some(())
+        (app.stats(v).await["orders_persisted"] == 3).then_some(())
     })
     .await;
     assert!(
         persisted.is_some(),
         "the unacknowledged order is persisted all the same"
     );
+    assert_balanced(&app, v).await;
+}
+
+/// On a cluster (a replica per master) with `SECKILL_REDIS_WAIT_REPLICAS=1`, ids,
+/// numbers and orders all wait for their replica, and a crowd buys exactly the
+/// stock. Runs when the tests run on a cluster (the test command's second pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_cluster_a_crowd_buys_exactly_the_stock_with_replicated_acknowledgements() {
+    if cluster_seeds().is_none() {
+        println!("not on a cluster: the test command's cluster pass runs this");
+        return;
+    }
+    let ns = Namespace::new().await;
+    let app = Arc::new(
+        TestApp::builder(&ns)
+            .env("SECKILL_REDIS_WAIT_REPLICAS", "1")
+            .env("SECKILL_DEPENDENCY_TIMEOUT_MS", "15000")
+            .spawn()
+            .await,
+    );
+    let v = app.flash_sale(50).await;
+    let results = join_all((0..300).map(|i| {
+        let app = app.clone();
+        tokio::spawn(async move { (100 + i % 120, app.order(v, 100 + i % 120).await) })
+    }))
+    .await;
+    let mut accepted = Vec::new();
+    for r in results {
+        let (user, (status, body)) = r.unwrap();
+        match status {
+            StatusCode::ACCEPTED => accepted.push(user),
+            StatusCode::CONFLICT => assert!(["sold_out", "already_ordered"].contains(&code(&body)), "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted.len(), 50, "exactly the stock");
+    assert_eq!(accepted.iter().collect::<HashSet<_>>().len(), 50, "no shopper twice");
+    let persisted = eventually(Duration::from_secs(30), || async {
+        (app.stats(v).await["orders_persisted"] == 50).then_some(())
+    })
+    .await;
+    assert!(persisted.is_some());
     assert_balanced(&app, v).await;
 }
