@@ -319,6 +319,22 @@ impl Redis {
         Ok(c)
     }
 
+    /// The connection, made anew if it predates the identity the guard verified
+    /// since: handles that share an identity ([`Redis::dedicated`]) each hold a
+    /// connection, and the guard checks (and drops) only its own. A cluster client
+    /// follows a failover within one connection, so without this a handle would
+    /// keep one stamped with the old masters and never be verified again.
+    async fn current_conn(&self) -> Result<Conn, RedisError> {
+        let c = self.conn().await?;
+        match self.identity.get() {
+            Some(v) if v.run_id != c.run_id => {
+                c.broken.store(true, Ordering::Release);
+                self.conn().await
+            }
+            _ => Ok(c),
+        }
+    }
+
     /// The connection in use, unless it broke.
     fn current(&self) -> Option<Conn> {
         let slot = self.slot.read().expect("redis slot poisoned");
@@ -328,7 +344,7 @@ impl Redis {
     /// The connection and the epoch it is verified for, if this server's state is
     /// repaired and vouched for by Postgres; `None` while it is not (answer 503).
     pub async fn verified(&self) -> Result<Option<(Conn, i64)>, RedisError> {
-        let c = self.conn().await?;
+        let c = self.current_conn().await?;
         Ok(match self.identity.get() {
             Some(v) if !v.repairing && v.run_id == c.run_id => Some((c, v.epoch)),
             _ => None,
@@ -339,7 +355,7 @@ impl Redis {
     /// carry the epoch, so that values issued by a server that went back are never
     /// issued again.
     pub async fn for_counters(&self) -> Result<Option<(Conn, i64)>, RedisError> {
-        let c = self.conn().await?;
+        let c = self.current_conn().await?;
         Ok(match self.identity.get() {
             Some(v) if v.run_id == c.run_id => Some((c, v.epoch)),
             _ => None,

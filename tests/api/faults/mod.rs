@@ -17,7 +17,7 @@
 //! RabbitMQ and PostgreSQL as their own users need root and are `#[ignore]`d unless
 //! the test command runs as root (as CI does). Cutting the shared broker's
 //! connections uses the local `rabbitmqctl`.
-mod crowd;
+pub mod crowd;
 
 use crate::fixtures::{spawn_binary, OwnPostgres, OwnRabbit, OwnRedis};
 use crate::helpers::*;
