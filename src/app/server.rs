@@ -54,6 +54,7 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
                 web::scope("/api/v1")
                     .configure(crate::http::orders::configure)
                     .configure(crate::http::vouchers::configure)
+                    .configure(crate::http::sales::configure)
                     .configure(crate::http::sequences::configure),
             )
             .default_service(web::to(not_found))

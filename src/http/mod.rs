@@ -12,6 +12,7 @@ pub mod orders;
 pub mod path;
 pub mod request_span;
 pub mod responses;
+pub mod sales;
 pub mod sequences;
 pub mod vouchers;
 

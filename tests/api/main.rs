@@ -13,6 +13,7 @@ mod lifecycle;
 mod limits;
 mod locks;
 mod orders;
+mod pause;
 mod persist;
 mod pipeline;
 mod repair;
