@@ -48,6 +48,7 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
             .route("/health/ready", web::get().to(health::ready))
             .route("/metrics", web::get().to(health::metrics))
             .configure(crate::http::openapi::configure)
+            .configure(crate::http::console::configure)
             .service(
                 // The order routes first: actix-router tries patterns in the order
                 // they were registered, and the order endpoint is the hot one.

@@ -65,6 +65,7 @@ impl Modify for BearerAuth {
         crate::http::health::ready,
         crate::http::health::metrics,
         openapi_json,
+        super::console::page,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats,

@@ -8,13 +8,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Every endpoint of CONTRACT.md, as (method, path).
-const CONTRACT: [(&str, &str); 19] = [
+const CONTRACT: [(&str, &str); 20] = [
     ("post", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}"),
     ("post", "/api/v1/admin/vouchers/{id}/stock"),
     ("get", "/api/v1/admin/vouchers/{id}/audit"),
     ("post", "/api/v1/admin/vouchers/{id}/pause"),
     ("post", "/api/v1/admin/vouchers/{id}/resume"),
+    ("get", "/admin/"),
     ("get", "/api/v1/vouchers"),
     ("get", "/api/v1/vouchers/{id}"),
     ("post", "/api/v1/vouchers/{id}/orders"),
