@@ -21,12 +21,14 @@ pub struct RelayState {
     pub lag_ms: i64,
 }
 
-/// Reads the outbox's length, its oldest entry and Redis's clock in one `MULTI`.
+/// Reads the outbox's length and its oldest entry in one `MULTI` (one key, one
+/// slot), then Redis's clock. `TIME` has no key, so it is not part of the
+/// transaction: on Redis Cluster a transaction must keep to one slot.
 pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<RelayState> {
     let mut conn = redis.conn().await?;
     let outbox = keys.outbox(voucher_id);
     type Oldest = Vec<(String, Vec<(String, String)>)>;
-    let (len, oldest, (secs, micros)): (i64, Oldest, (i64, i64)) = redis::pipe()
+    let (len, oldest): (i64, Oldest) = redis::pipe()
         .atomic()
         .cmd("XLEN")
         .arg(&outbox)
@@ -36,10 +38,14 @@ pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<
         .arg("+")
         .arg("COUNT")
         .arg(1)
-        .cmd("TIME")
         .query_async(&mut conn)
         .await
         .context("reading the sale's outbox")?;
+    // Read after the entry: the lag is never negative on one server's clock.
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .context("reading Redis's clock")?;
     let now_ms = secs * 1000 + micros / 1000;
     let admitted_ms = oldest.first().and_then(|(id, _)| entry_ms(id));
     Ok(RelayState {
