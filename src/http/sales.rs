@@ -125,13 +125,15 @@ pub async fn live(
     if !voucher.is_flash_sale() {
         return Err(not_a_flash_sale());
     }
+    // Timed-out orders before the books: they are a subset of the cancelled ones and
+    // only grow, so read first they never exceed `cancelled` read after.
+    let timed_out = live::timed_out(&state.pg, id).await?;
     let audit = match audit::books(&state.pg, &state.redis, &state.keys, id).await? {
         Lookup::Found(books) => books,
         Lookup::NotFound => return Err(voucher_not_found()),
         Lookup::NotAFlashSale => return Err(not_a_flash_sale()),
     };
     let relay = live::relay_state(&state.redis, &state.keys, id).await?;
-    let timed_out = live::timed_out(&state.pg, id).await?;
     let view = with_stats(&state, voucher).await?;
     let orders = OrderCounts {
         accepted: view.stats.orders_accepted,
