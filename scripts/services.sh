@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL, Redis and RabbitMQ are installed (Debian packages) and
-# running on this machine, and that the `seckill` database exists.
+# running on this machine, and that the `seckill` database exists; and that the
+# browser test of the admin console has Chromium and Node (tests/browser/).
 # Idempotent; silent when all is well; says what it did and why it stopped otherwise.
 set -euo pipefail
 
@@ -74,3 +75,9 @@ if ! port_open 5672; then
   $SUDO rabbitmq-server -detached >/dev/null 2>&1 || die "RabbitMQ failed to start (see /var/log/rabbitmq/)"
   wait_port 5672 RabbitMQ 90
 fi
+
+# --- Chromium and Node, for the admin console's browser test -----------------
+# tests/browser/run.sh drives /usr/bin/chromium with playwright-core (npm ci).
+[ -x /usr/bin/chromium ] || install chromium
+command -v node >/dev/null 2>&1 || install nodejs
+command -v npm >/dev/null 2>&1 || install npm

@@ -12,7 +12,7 @@ use prometheus::{
 pub struct Metrics {
     registry: Registry,
     /// Order requests by outcome: accepted, sold_out, already_ordered, not_started,
-    /// ended, rate_limited, unavailable, not_found, not_a_flash_sale.
+    /// ended, paused, rate_limited, unavailable, not_found, not_a_flash_sale.
     pub order_requests: IntCounterVec,
     pub reserve_seconds: Histogram,
     pub outbox_backlog: IntGauge,

@@ -48,12 +48,14 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
             .route("/health/ready", web::get().to(health::ready))
             .route("/metrics", web::get().to(health::metrics))
             .configure(crate::http::openapi::configure)
+            .configure(crate::http::console::configure)
             .service(
                 // The order routes first: actix-router tries patterns in the order
                 // they were registered, and the order endpoint is the hot one.
                 web::scope("/api/v1")
                     .configure(crate::http::orders::configure)
                     .configure(crate::http::vouchers::configure)
+                    .configure(crate::http::sales::configure)
                     .configure(crate::http::sequences::configure),
             )
             .default_service(web::to(not_found))

@@ -84,6 +84,14 @@ pub fn spawn_all(
             stop.clone(),
         ),
     );
+    if mode.serves_http() {
+        // Pauses reach this instance's order handler within a second even if their
+        // event is lost.
+        tasks.spawn(
+            "voucher pauses",
+            cache::watch_pauses(state.cache.clone(), state.background_pg.clone(), stop.clone()),
+        );
+    }
     {
         let (admission, stop) = (state.admission.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {

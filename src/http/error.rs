@@ -21,7 +21,13 @@ pub struct ErrorBody<'a> {
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail<'a> {
-    /// For programs: `validation_failed`, `sold_out`, `unauthorized`, ...
+    /// For programs. One of: `validation_failed`, `invalid_json`,
+    /// `payload_too_large`, `unsupported_media_type` (the request); `unauthorized`,
+    /// `forbidden` (the token); `not_found`, `voucher_not_found`, `order_not_found`,
+    /// `sequence_not_found`; `not_a_flash_sale`, `sale_not_started`, `sale_ended`,
+    /// `sale_paused`, `sold_out`, `already_ordered` (placing an order);
+    /// `order_not_payable`, `order_not_cancellable`, `request_in_progress` (pay and
+    /// cancel); `rate_limited`, `unavailable`, `internal`.
     #[schema(pattern = "^[a-z][a-z_]*$", example = "sold_out")]
     pub code: &'a str,
     /// For people. For `validation_failed` it starts with the field's name:
@@ -146,6 +152,7 @@ impl From<crate::order::place::Refusal> for ApiError {
             Refusal::NotAFlashSale => ApiError::conflict("not_a_flash_sale", message),
             Refusal::NotStarted(_) => ApiError::conflict("sale_not_started", message),
             Refusal::Ended(_) => ApiError::conflict("sale_ended", message),
+            Refusal::Paused => ApiError::conflict("sale_paused", message),
             Refusal::SoldOut => ApiError::conflict("sold_out", message),
             Refusal::AlreadyOrdered => ApiError::conflict("already_ordered", message),
             Refusal::Unavailable { retry_after_secs, .. } => ApiError::unavailable(message, retry_after_secs),

@@ -1,9 +1,11 @@
 //! The HTTP boundary: the routes and their handlers (each calls into the domain),
 //! the contract's error body and the mapping of domain errors to it,
-//! authentication, admission control, health checks and the OpenAPI document. The
+//! authentication, admission control, health checks, the OpenAPI document and the
+//! admin console page. The
 //! domain never depends on this module.
 pub mod admission;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod health;
 pub mod lifecycle;
@@ -12,6 +14,7 @@ pub mod orders;
 pub mod path;
 pub mod request_span;
 pub mod responses;
+pub mod sales;
 pub mod sequences;
 pub mod vouchers;
 

@@ -13,8 +13,11 @@ use crate::order::{Accepted, Order};
 use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::Rule;
 use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
+use crate::voucher::live::RelayState;
 use crate::voucher::model::AddStock;
-use crate::voucher::view::{PublicVoucher, SaleStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
+use crate::voucher::view::{
+    LiveSale, OrderCounts, PublicVoucher, SaleStats, TopUpView, ToppedUp, VoucherList, VoucherPage, VoucherWithStats,
+};
 use crate::voucher::{FlashSale, NewVoucher, Voucher};
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -45,6 +48,10 @@ impl Modify for BearerAuth {
         super::vouchers::admin_get,
         super::vouchers::add_stock,
         super::vouchers::admin_audit,
+        super::sales::admin_list,
+        super::sales::pause,
+        super::sales::resume,
+        super::sales::live,
         super::vouchers::list,
         super::vouchers::public_get,
         super::orders::place,
@@ -58,10 +65,11 @@ impl Modify for BearerAuth {
         crate::http::health::ready,
         crate::http::health::metrics,
         openapi_json,
+        super::console::page,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats,
-        PublicVoucher, VoucherList, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
+        PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
         Rule, RuleRequest, NextRequest, NextValues,
     )),
     modifiers(&BearerAuth),

@@ -27,7 +27,7 @@ fn not_found() -> ApiError {
     responses((status = 202, description = "admitted; pending until the worker persists it", body = Accepted),
         BadRequest, Unauthorized, VoucherNotFound,
         (status = 409, body = ErrorBody,
-            description = "not_a_flash_sale, sale_not_started, sale_ended, sold_out, already_ordered"),
+            description = "not_a_flash_sale, sale_not_started, sale_ended, sale_paused, sold_out, already_ordered"),
         RateLimited,
         (status = 503, body = ErrorBody, headers(("Retry-After" = u64, description = "seconds")),
             description = "unavailable: Redis cannot take the order now, or (with SECKILL_REDIS_WAIT_REPLICAS) \

@@ -26,8 +26,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/vouchers/{id}", web::get().to(public_get));
 }
 
-/// The `{id}` of a path, or 400 naming it.
-fn voucher_not_found() -> ApiError {
+pub(super) fn voucher_not_found() -> ApiError {
     ApiError::not_found("voucher_not_found", "no voucher with this id")
 }
 
@@ -189,7 +188,7 @@ pub async fn public_get(
     }))
 }
 
-async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
+pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
     let orders_persisted = repo::orders_persisted(&state.pg, voucher.id).await?;
     let (stock_remaining, orders_accepted) = if voucher.is_flash_sale() {
         stock::stats(&state.redis, &state.keys, voucher.id).await?
@@ -205,7 +204,7 @@ async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithSta
 }
 
 /// This instance's cache learns at once; the others through pub/sub.
-async fn announce(state: &AppState, voucher: &Voucher) {
+pub(super) async fn announce(state: &AppState, voucher: &Voucher) {
     state.cache.put(voucher.clone());
     if let Err(e) = stock::publish(&state.redis, &state.keys, Event::Voucher(voucher.id)).await {
         tracing::warn!(error = %format!("{e:#}"), "could not announce a voucher change; other instances catch up on refresh");

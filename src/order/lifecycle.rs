@@ -94,7 +94,9 @@ impl Lifecycle {
         .await
         .context("locking the order's voucher")?;
         let order: Option<Order> = sqlx::query_as(&format!(
-            "UPDATE voucher_orders SET status = 'cancelled', cancelled_at = now()
+            "UPDATE voucher_orders
+                SET status = 'cancelled', cancelled_at = now(),
+                    cancelled_by = CASE WHEN $2::bigint IS NULL THEN 'timeout' ELSE 'owner' END
               WHERE id = $1 AND status = 'created' AND ($2::bigint IS NULL OR user_id = $2)
           RETURNING {ORDER_COLUMNS}"
         ))

@@ -38,6 +38,8 @@ pub enum Refusal {
     NotStarted(DateTime<Utc>),
     #[error("the sale ended at {}", .0.to_rfc3339())]
     Ended(DateTime<Utc>),
+    #[error("this sale is paused; try again later")]
+    Paused,
     #[error("this sale is sold out")]
     SoldOut,
     #[error("you already have an order for this voucher")]
@@ -60,6 +62,7 @@ impl Refusal {
             Refusal::NotAFlashSale => "not_a_flash_sale",
             Refusal::NotStarted(_) => "not_started",
             Refusal::Ended(_) => "ended",
+            Refusal::Paused => "paused",
             Refusal::SoldOut => "sold_out",
             Refusal::AlreadyOrdered => "already_ordered",
             Refusal::Unavailable { .. } => "unavailable",
@@ -125,6 +128,10 @@ impl OrderDesk {
     pub async fn place(&self, voucher_id: i64, user_id: i64) -> Result<i64, Refusal> {
         let entry = self.cache.get(voucher_id).ok_or(Refusal::VoucherNotFound)?;
         let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
+        if entry.voucher.paused {
+            // From the cache, which every instance keeps within a second of Postgres.
+            return Err(Refusal::Paused);
+        }
         if self.clock_skew.refusing() {
             // Too far from Postgres's clock to judge the sale window: other instances sell.
             return Err(unavailable(

@@ -1,9 +1,10 @@
 //! Vouchers: the model and its validation, the views the routes answer, Postgres
 //! queries, the Redis side of a flash sale (stock and outbox), stock top-ups, the
-//! in-process cache the order path reads, the admin and public routes, and the audit
-//! of a sale's books.
+//! in-process cache the order path reads, the admin and public routes, the audit
+//! of a sale's books, and the live numbers the admin console shows.
 pub mod audit;
 pub mod cache;
+pub mod live;
 pub mod model;
 pub mod repo;
 pub mod stock;

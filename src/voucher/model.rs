@@ -48,6 +48,9 @@ pub struct Voucher {
     #[serde(flatten)]
     #[schema(value_type = FlashSale)]
     pub flash: Option<FlashSale>,
+    /// True while an admin has paused the flash sale: orders get 409 `sale_paused`
+    /// on every instance. Always false for an ordinary voucher.
+    pub paused: bool,
     pub created_at: DateTime<Utc>,
 }
 

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 
 const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
-        v.created_at, s.total_stock, s.begin_at, s.end_at
+        v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id";
 
 fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
@@ -28,6 +28,7 @@ fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
         pay_value: row.try_get("pay_value")?,
         actual_value: row.try_get("actual_value")?,
         flash,
+        paused: row.try_get("paused")?,
         created_at: row.try_get("created_at")?,
     })
 }
@@ -67,6 +68,7 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
         pay_value: v.pay_value,
         actual_value: v.actual_value,
         flash: v.flash.clone(),
+        paused: false,
         created_at,
     })
 }
@@ -83,6 +85,44 @@ pub async fn list_by_shop(db: impl PgExecutor<'_>, shop_id: i64) -> Result<Vec<V
     sqlx::query(&format!("{SELECT} WHERE v.shop_id = $1 ORDER BY v.id LIMIT 1000"))
         .bind(shop_id)
         .try_map(|r: PgRow| from_row(&r))
+        .fetch_all(db)
+        .await
+}
+
+/// One page of every voucher, newest first: those with an id below `before` (all
+/// if None), at most `limit`.
+pub async fn page(db: impl PgExecutor<'_>, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(&format!(
+        "{SELECT} WHERE ($1::bigint IS NULL OR v.id < $1) ORDER BY v.id DESC LIMIT $2"
+    ))
+    .bind(before)
+    .bind(limit)
+    .try_map(|r: PgRow| from_row(&r))
+    .fetch_all(db)
+    .await
+}
+
+/// Pauses or resumes a flash sale. `None` if there is no flash sale with this id
+/// (the caller tells a missing voucher from an ordinary one).
+pub async fn set_paused(tx: &mut sqlx::PgConnection, id: i64, paused: bool) -> Result<Option<()>, sqlx::Error> {
+    let done = sqlx::query("UPDATE seckill_vouchers SET paused = $2 WHERE voucher_id = $1")
+        .bind(id)
+        .bind(paused)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Ok(None);
+    }
+    sqlx::query("UPDATE vouchers SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    Ok(Some(()))
+}
+
+/// The ids of the paused flash sales (the cache's once-a-second check).
+pub async fn paused_ids(db: impl PgExecutor<'_>) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT voucher_id FROM seckill_vouchers WHERE paused ORDER BY voucher_id")
         .fetch_all(db)
         .await
 }

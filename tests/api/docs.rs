@@ -8,11 +8,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Every endpoint of CONTRACT.md, as (method, path).
-const CONTRACT: [(&str, &str); 17] = [
+const CONTRACT: [(&str, &str); 20] = [
     ("post", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}"),
     ("post", "/api/v1/admin/vouchers/{id}/stock"),
     ("get", "/api/v1/admin/vouchers/{id}/audit"),
+    ("post", "/api/v1/admin/vouchers/{id}/pause"),
+    ("post", "/api/v1/admin/vouchers/{id}/resume"),
+    ("get", "/admin/"),
     ("get", "/api/v1/vouchers"),
     ("get", "/api/v1/vouchers/{id}"),
     ("post", "/api/v1/vouchers/{id}/orders"),
@@ -28,6 +31,12 @@ const CONTRACT: [(&str, &str); 17] = [
     ("get", "/api-docs/openapi.json"),
 ];
 
+/// Endpoints beyond the contract, for the admin console.
+const EXTRAS: [(&str, &str); 2] = [
+    ("get", "/api/v1/admin/vouchers"),
+    ("get", "/api/v1/admin/vouchers/{id}/live"),
+];
+
 #[tokio::test]
 async fn the_openapi_document_covers_every_contract_route() {
     let ns = Namespace::new().await;
@@ -35,7 +44,7 @@ async fn the_openapi_document_covers_every_contract_route() {
     let (status, doc) = app.get("/api-docs/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for (method, path) in CONTRACT {
+    for (method, path) in CONTRACT.into_iter().chain(EXTRAS) {
         assert!(
             doc["paths"][path][method].is_object(),
             "{method} {path} is missing from the OpenAPI document"
@@ -47,7 +56,11 @@ async fn the_openapi_document_covers_every_contract_route() {
         .values()
         .map(|p| p.as_object().unwrap().len())
         .sum();
-    assert_eq!(documented, CONTRACT.len(), "no undocumented extras, no gaps");
+    assert_eq!(
+        documented,
+        CONTRACT.len() + EXTRAS.len(),
+        "no undocumented extras, no gaps"
+    );
 
     let page = app.client.get(format!("{}/api-docs/", app.addr)).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
@@ -104,7 +117,31 @@ async fn every_schema_is_a_real_type_and_responses_match_the_document() {
             .get(&format!("/api/v1/admin/vouchers/{id}/audit"), Some(&admin))
             .await;
         seen.push(("get", "/api/v1/admin/vouchers/{id}/audit", audit));
+        let live = app
+            .get(&format!("/api/v1/admin/vouchers/{id}/live"), Some(&admin))
+            .await;
+        seen.push(("get", "/api/v1/admin/vouchers/{id}/live", live));
+        // Paused for a moment (the flash sale) or 409 (the plain voucher).
+        for (verb, documented) in [
+            ("pause", "/api/v1/admin/vouchers/{id}/pause"),
+            ("resume", "/api/v1/admin/vouchers/{id}/resume"),
+        ] {
+            let answer = app
+                .post(&format!("/api/v1/admin/vouchers/{id}/{verb}"), Some(&admin), json!({}))
+                .await;
+            seen.push(("post", documented, answer));
+        }
     }
+    for query in ["limit=1", "limit=1&before=2", "limit=0"] {
+        let page = app.get(&format!("/api/v1/admin/vouchers?{query}"), Some(&admin)).await;
+        seen.push(("get", "/api/v1/admin/vouchers", page));
+    }
+    seen.push((
+        "post",
+        "/api/v1/admin/vouchers/{id}/pause",
+        app.post("/api/v1/admin/vouchers/9/pause", Some(&admin), json!({}))
+            .await,
+    ));
     seen.push((
         "get",
         "/api/v1/vouchers",

@@ -4,6 +4,7 @@
 //! its own; every other module tests one part of the service, its doc says which.
 mod audit;
 mod clock;
+mod console;
 mod docs;
 mod faults;
 mod fixtures;
@@ -13,6 +14,7 @@ mod lifecycle;
 mod limits;
 mod locks;
 mod orders;
+mod pause;
 mod persist;
 mod pipeline;
 mod repair;

@@ -5,6 +5,12 @@
 //! subscription reconnects (messages may have been missed), and every
 //! `REFRESH_EVERY` as a backstop.
 //!
+//! A pause or resume must reach every instance within about a second even if its
+//! event is lost, and 30 s is too long for that. So [`watch_pauses`] (a task of its
+//! own, independent of the pub/sub connection) reads the ids of the paused sales
+//! from Postgres every [`PAUSE_CHECK_EVERY`] (a partial index keeps that one small
+//! query) and reloads each voucher whose `paused` the cache has wrong.
+//!
 //! Each entry also carries the local sold-out flag: once Redis answered "sold out",
 //! this instance refuses further orders without a Redis call. A stock event (top-up,
 //! stock return) clears it on every instance at once. The event is not the only way
@@ -35,13 +41,16 @@ use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use sqlx::PgPool;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 const REFRESH_EVERY: Duration = Duration::from_secs(30);
+
+/// How often every instance compares its paused sales with Postgres's.
+pub const PAUSE_CHECK_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a "sold out" from Redis is trusted before a request asks Redis again.
 pub const SOLD_OUT_TTL: Duration = Duration::from_secs(1);
@@ -212,6 +221,34 @@ impl VoucherCache {
         Ok(map.len())
     }
 
+    /// Reloads every voucher whose `paused` differs from Postgres's (the paused
+    /// ids are read first, then each voucher that disagrees is read again, so a
+    /// change racing this check is never undone). Returns how many it reloaded.
+    pub async fn sync_pauses(&self, pg: &PgPool) -> Result<usize> {
+        let paused: HashSet<i64> = repo::paused_ids(pg)
+            .await
+            .context("reading the paused sales")?
+            .into_iter()
+            .collect();
+        let stale: Vec<i64> = {
+            let map = self.map.read().expect("cache poisoned");
+            let wrongly_running = paused
+                .iter()
+                .filter(|id| map.get(id).is_some_and(|e| !e.voucher.paused));
+            let wrongly_paused = map
+                .values()
+                .filter(|e| e.voucher.paused && !paused.contains(&e.voucher.id))
+                .map(|e| &e.voucher.id);
+            wrongly_running.chain(wrongly_paused).copied().collect()
+        };
+        for &id in &stale {
+            if let Some(v) = repo::get(pg, id).await.context("reloading a voucher")? {
+                self.put(v);
+            }
+        }
+        Ok(stale.len())
+    }
+
     async fn apply(&self, pg: &PgPool, event: Event) -> Result<()> {
         match event {
             Event::Voucher(id) => {
@@ -268,6 +305,24 @@ async fn follow_once(
                     None => tracing::warn!(payload, "ignoring an unknown voucher event"),
                 }
             }
+        }
+    }
+}
+
+/// Keeps every sale's `paused` in `cache` within [`PAUSE_CHECK_EVERY`] of
+/// Postgres's until `stop`, whether or not the pub/sub event arrived.
+pub async fn watch_pauses(cache: Arc<VoucherCache>, pg: PgPool, stop: CancellationToken) {
+    let mut every = tokio::time::interval(PAUSE_CHECK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => match cache.sync_pauses(&pg).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(vouchers = n, "caught up with pauses whose event did not arrive"),
+                // Postgres away: the next tick tries again (the cache keeps what it knows).
+                Err(e) => tracing::debug!(error = %format!("{e:#}"), "pause check failed"),
+            },
         }
     }
 }

@@ -10,6 +10,7 @@ fn entry() -> Entry {
         pay_value: 100,
         actual_value: 1000,
         flash: None,
+        paused: false,
         created_at: chrono::Utc::now(),
     })
 }

@@ -1,0 +1,82 @@
+//! The numbers of a running sale that the admin console polls every second
+//! (`GET /api/v1/admin/vouchers/{id}/live`) besides the admin view and the audit,
+//! which it reuses: how far the relay is behind, and how many orders ran out of
+//! their payment window.
+use crate::keys::Keys;
+use crate::redis_conn::Redis;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sqlx::PgExecutor;
+use utoipa::ToSchema;
+
+/// The sale's outbox, as the relay sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct RelayState {
+    /// Admitted orders not yet published to RabbitMQ (entries in the sale's
+    /// outbox stream).
+    pub outbox_backlog: i64,
+    /// How long the oldest of them has waited, in milliseconds by Redis's clock
+    /// (the entry's id is Redis's time when the order was admitted); 0 when the
+    /// outbox is empty.
+    pub lag_ms: i64,
+}
+
+/// Reads the outbox's length and its oldest entry in one `MULTI` (one key, one
+/// slot), then Redis's clock. `TIME` has no key, so it is not part of the
+/// transaction: on Redis Cluster a transaction must keep to one slot.
+pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<RelayState> {
+    let mut conn = redis.conn().await?;
+    let outbox = keys.outbox(voucher_id);
+    type Oldest = Vec<(String, Vec<(String, String)>)>;
+    let (len, oldest): (i64, Oldest) = redis::pipe()
+        .atomic()
+        .cmd("XLEN")
+        .arg(&outbox)
+        .cmd("XRANGE")
+        .arg(&outbox)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .context("reading the sale's outbox")?;
+    // Read after the entry: the lag is never negative on one server's clock.
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query_async(&mut conn)
+        .await
+        .context("reading Redis's clock")?;
+    let now_ms = secs * 1000 + micros / 1000;
+    let admitted_ms = oldest.first().and_then(|(id, _)| entry_ms(id));
+    Ok(RelayState {
+        outbox_backlog: len,
+        lag_ms: admitted_ms.map_or(0, |ms| (now_ms - ms).max(0)),
+    })
+}
+
+/// The time in a stream entry's id (`<ms>-<seq>`).
+fn entry_ms(id: &str) -> Option<i64> {
+    id.split_once('-')?.0.parse().ok()
+}
+
+/// Orders of the sale the payment timeout cancelled (the consumer of expired
+/// payment windows, or the sweep behind it).
+pub async fn timed_out(db: impl PgExecutor<'_>, voucher_id: i64) -> Result<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM voucher_orders
+          WHERE voucher_id = $1 AND status = 'cancelled' AND cancelled_by = 'timeout'",
+    )
+    .bind(voucher_id)
+    .fetch_one(db)
+    .await
+    .context("counting timed-out orders")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_outbox_entry_id_carries_its_admission_time() {
+        assert_eq!(super::entry_ms("1763800000123-4"), Some(1_763_800_000_123));
+        assert_eq!(super::entry_ms("garbage"), None);
+    }
+}
