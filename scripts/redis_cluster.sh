@@ -58,8 +58,9 @@ if ! healthy; then
       || die "redis-server on port $p failed to start (see $DIR/$p/redis.log)"
   done
   for p in $PORTS; do
-    for _ in $(seq 1 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
-    redis-cli -p "$p" ping >/dev/null 2>&1 || die "redis-server on port $p does not answer"
+    for _ in $(seq 1 200); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
+    redis-cli -p "$p" ping >/dev/null 2>&1 \
+      || die "redis-server on port $p does not answer; its log ends: $(tail -n 5 "$DIR/$p/redis.log" 2>/dev/null)"
   done
   nodes=()
   for p in $PORTS; do nodes+=("127.0.0.1:$p"); done
