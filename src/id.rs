@@ -54,12 +54,23 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
 pub fn parse_value(v: &Value) -> Result<i64, String> {
     match v {
         Value::String(s) => parse_str(s),
-        Value::Number(n) => match n.as_i64() {
+        Value::Number(n) => match as_whole(n) {
             Some(i) if i > 0 => Ok(i),
             _ => Err(format!("must be a positive 64-bit integer, got {n}")),
         },
         other => Err(format!("must be a decimal string or a number, got {}", kind(other))),
     }
+}
+
+/// A JSON number without a fractional part that fits in an `i64` (`42` or `42.0`:
+/// JSON Schema's `integer` is any number whose fractional part is zero), else None.
+pub fn as_whole(n: &serde_json::Number) -> Option<i64> {
+    if let Some(i) = n.as_i64() {
+        return Some(i);
+    }
+    let f = n.as_f64()?;
+    // 2^63 is the first float above i64::MAX; every float below it converts exactly.
+    (f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)).then_some(f as i64)
 }
 
 /// A positive 63-bit id from decimal digits.
@@ -96,6 +107,8 @@ mod tests {
         assert_eq!(parse_value(&json!("42")), Ok(42));
         assert_eq!(parse_value(&json!(42)), Ok(42));
         assert_eq!(parse_value(&json!("9223372036854775807")), Ok(i64::MAX));
+        // JSON Schema's integer: a number without a fractional part.
+        assert_eq!(parse_value(&json!(42.0)), Ok(42));
     }
 
     #[test]
@@ -107,6 +120,9 @@ mod tests {
             json!("-1"),
             json!("9223372036854775808"),
             json!(1.5),
+            json!(0.0),
+            json!(9.3e18),
+            json!(-2.0),
             json!("12a"),
             json!(""),
             json!(null),

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod error;
 pub mod health;
 pub mod lifecycle;
+pub mod methods;
 pub mod openapi;
 pub mod orders;
 pub mod path;

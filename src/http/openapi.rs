@@ -99,10 +99,19 @@ async fn css() -> HttpResponse {
         .body(&include_bytes!("../../static/swagger-ui/swagger-ui.css")[..])
 }
 
+/// The Swagger UI's pages and assets: GET routes the document does not describe.
+pub const UI_PAGES: [&str; 4] = [
+    "/api-docs/",
+    "/api-docs",
+    "/api-docs/swagger-ui-bundle.js",
+    "/api-docs/swagger-ui.css",
+];
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    let [index_slash, index_bare, js, style] = UI_PAGES;
     cfg.route("/api-docs/openapi.json", web::get().to(openapi_json))
-        .route("/api-docs/", web::get().to(index))
-        .route("/api-docs", web::get().to(index))
-        .route("/api-docs/swagger-ui-bundle.js", web::get().to(bundle))
-        .route("/api-docs/swagger-ui.css", web::get().to(css));
+        .route(index_slash, web::get().to(index))
+        .route(index_bare, web::get().to(index))
+        .route(js, web::get().to(bundle))
+        .route(style, web::get().to(css));
 }
