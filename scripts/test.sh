@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# The test command: local services, formatting, lints, and the whole test suite
-# against the real PostgreSQL, Redis and RabbitMQ.
+# The test command: local services, formatting, lints, the whole test suite
+# against the real PostgreSQL, Redis and RabbitMQ, then schemathesis and k6
+# against a running server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 python3 scripts/check_compose.py docker-compose.yml
 # No two source files may import each other, directly or through others.
 python3 scripts/import_cycles.py
-if command -v node >/dev/null 2>&1; then
-  for f in k6/*.js; do node --check "$f"; done
-else
-  echo "test.sh: node not found; skipping the k6 syntax check" >&2
-fi
+# The k6 scenarios load (`k6 inspect` runs their init code) before the long suite;
+# scripts/k6_smoke.sh runs them at the end.
+. scripts/lib/tools.sh
+for f in k6/flash-crowd.js k6/browse-and-order.js k6/spike.js; do k6 inspect "$f" >/dev/null; done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Tests that start servers of their own (RabbitMQ, PostgreSQL) need root; they are
@@ -22,3 +22,9 @@ else
   echo "test.sh: not root; the tests that need root are ignored (cargo lists them)" >&2
   cargo test --workspace --all-targets
 fi
+# The server from outside, each run against a server of its own (the debug build
+# the tests just made): schemathesis holds it to its OpenAPI document (about 2
+# min), and a short run of each k6 scenario holds it to the scenarios' thresholds
+# (about 45 s).
+scripts/schemathesis.sh
+scripts/k6_smoke.sh
