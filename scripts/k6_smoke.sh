@@ -4,8 +4,10 @@
 # The scenarios' thresholds fail the run: any 5xx but shedding, a status outside
 # the contract, more orders accepted than the stock, a unit neither sold nor on
 # sale, accepted orders that do not reach Postgres, or a slow p99. The sizes are
-# small and the latency bounds loose enough for a debug build on a busy 2-core
-# machine; k6/README.md gives the full runs.
+# small and the p99 bounds loose enough for a debug build on a 2-core machine
+# with other builds running (measured there, load average 8: order p99 10-210 ms,
+# spike p99 70-200 ms), yet a stall, a lock wait or a dependency timeout (2 s)
+# still breaks them; k6/README.md gives the full runs.
 #   scripts/k6_smoke.sh [path/to/seckill]     (default: the debug build, built if needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +29,9 @@ run() { # script, then -e settings
   local script=$1 start
   shift
   start=$(date +%s)
-  if ! k6 run --quiet --no-color --summary-trend-stats 'med,p(95),p(99),max' \
-    -e BASE_URL="$BASE_URL" -e SECKILL_JWT_SECRET="$SECKILL_JWT_SECRET" "$@" "k6/$script" >"$K6_OUT" 2>&1; then
+  k6 run --quiet --no-color --summary-trend-stats 'med,p(95),p(99),max' \
+    -e BASE_URL="$BASE_URL" -e SECKILL_JWT_SECRET="$SECKILL_JWT_SECRET" "$@" "k6/$script" >"$K6_OUT" 2>&1 &
+  if ! wait $!; then
     cat "$K6_OUT" >&2
     echo "k6_smoke.sh: $script failed its thresholds (above)" >&2
     exit 1
@@ -45,9 +48,9 @@ K6_OUT=$SERVER_TMP/k6.out
 # ~15 s: 300 shoppers/s for 200 units; sells out, so "accepted <= stock" and
 # "every unit sold" both bite.
 run flash-crowd.js -e STOCK=200 -e PEAK=300 -e RAMP=3s -e HOLD=7s -e VUS=20 -e MAX_VUS=200 \
-  -e P99_MS=250 -e MAX_SHED_RATE=0
+  -e P99_MS=500 -e MAX_SHED_RATE=0
 # ~12 s: 20 shoppers/s browse, order and wait for Postgres.
 run browse-and-order.js -e RATE=20 -e DURATION=10s -e STOCK=100000 -e VUS=20 -e MAX_VUS=100 \
-  -e P99_MS=250 -e PERSIST_MS=5000
+  -e P99_MS=1000 -e PERSIST_MS=5000
 # ~12 s: 2 VUs, then 50 within 2 s, held 6 s.
-run spike.js -e STOCK=300 -e SPIKE_VUS=50 -e CALM=2s -e RISE=2s -e HOLD=6s -e P99_MS=1000
+run spike.js -e STOCK=300 -e SPIKE_VUS=50 -e CALM=2s -e RISE=2s -e HOLD=6s -e P99_MS=1500

@@ -49,7 +49,8 @@ PYTHONPATH="$ROOT/scripts" SCHEMATHESIS_HOOKS=schemathesis_hooks \
   timeout $((MAX_TIME + 180)) st run "$BASE_URL/api-docs/openapi.json" \
   --checks all --phases examples,coverage,fuzzing,stateful \
   --max-examples "${ST_MAX_EXAMPLES:-50}" --max-time "$MAX_TIME" --seed "$SEED" --workers 1 \
-  --request-timeout 10 -H "Authorization: Bearer $ADMIN" --no-color >st.out 2>&1 || status=$?
+  --request-timeout 10 -H "Authorization: Bearer $ADMIN" --no-color >st.out 2>&1 &
+wait $! || status=$?
 if [ "$status" -ne 0 ]; then
   cat st.out >&2
   echo "schemathesis.sh: failed (exit $status, seed $SEED; replay with ST_SEED=$SEED)" >&2

@@ -4,7 +4,8 @@
 # SERVER_NS and SERVER_TMP (a directory for the caller's files, with the server's
 # log). The EXIT trap it installs stops the server and removes the database, the
 # namespace's Redis keys, its RabbitMQ queues and exchanges and SERVER_TMP, also
-# when the caller fails. Extra settings come from the caller's environment
+# when the caller fails or is stopped (a caller runs its tools with `&` and `wait`,
+# so that a signal is handled at once). Extra settings come from the caller's environment
 # (e.g. SECKILL_RATE_LIMIT_PER_IP=0).
 
 PG_ADMIN_URL=${TEST_ADMIN_DATABASE_URL:-postgres://root@127.0.0.1:5432/postgres}
@@ -33,7 +34,12 @@ rabbit_cleanup() {
 }
 
 stop_server() {
-  local status=$?
+  local status=$? pid
+  # The caller's tools (run in the background and waited for, so that a signal
+  # gets here at once) go first.
+  for pid in $(jobs -p); do
+    if [ "$pid" != "$SERVER_PID" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
   if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM "$SERVER_PID" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
