@@ -90,20 +90,47 @@ pub fn id(v: &Value, field: &str) -> Result<i64, ValidationError> {
     id::parse_value(v).map_err(|e| ValidationError::new(field, e))
 }
 
-/// An RFC 3339 time with an offset.
+/// The years a time may be given in ([`TIME_YEAR_PATTERN`]): any offset keeps it
+/// within 0000-9999 in UTC, which is what RFC 3339 can write back. (Year 0000 at
+/// +01:00 is year -1 in UTC, which would be answered as "-0001-12-31T23:00:00Z".)
+pub const TIME_YEARS: std::ops::RangeInclusive<i32> = 1..=9998;
+
+/// [`TIME_YEARS`] as the start of a pattern, for the OpenAPI document.
+pub const TIME_YEAR_PATTERN: &str =
+    "^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])-";
+
+/// An RFC 3339 time with an offset, in the years [`TIME_YEARS`].
 pub fn time(v: &Value, field: &str) -> Result<DateTime<Utc>, ValidationError> {
+    use chrono::Datelike;
     let s = v
         .as_str()
         .ok_or_else(|| ValidationError::new(field, "must be an RFC 3339 time with an offset"))?;
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.to_utc())
-        .map_err(|_| ValidationError::new(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))
+    let t = DateTime::parse_from_rfc3339(s)
+        .map_err(|_| ValidationError::new(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))?;
+    if !TIME_YEARS.contains(&t.year()) {
+        return Err(ValidationError::new(field, "must be in the years 0001 to 9998"));
+    }
+    Ok(t.to_utc())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The document's year pattern is the year check.
+    #[test]
+    fn the_time_year_pattern_is_the_year_check() {
+        let re = regex_lite::Regex::new(TIME_YEAR_PATTERN).unwrap();
+        for year in 0..=9999 {
+            for offset in ["Z", "+23:59", "-23:59"] {
+                let t = format!("{year:04}-01-01T00:00:00{offset}");
+                assert_eq!(re.is_match(&t), time(&json!(t), "t").is_ok(), "{t}");
+            }
+        }
+        let late = time(&json!("9998-12-31T23:59:59-23:59"), "t").unwrap();
+        assert!(late.to_rfc3339().starts_with("9999-"));
+    }
 
     #[test]
     fn text_refuses_nul_characters() {

@@ -81,6 +81,9 @@ impl utoipa::PartialSchema for NewVoucher {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         let id = serde_json::to_value(crate::id::input_schema()).expect("a schema serialises");
         let money = json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_MONEY});
+        let instant = json!({"type": "string", "format": "date-time", "pattern": validate::TIME_YEAR_PATTERN,
+                          "description": "RFC 3339 with an offset, in the years 0001 to 9998 (so that it is one \
+                                          in UTC too); `begin_at` before `end_at`."});
         // A field that is null counts as absent (`validate::optional`): the ordinary
         // voucher has none of the flash-sale fields, or only nulls.
         let schema = json!({
@@ -121,8 +124,8 @@ impl utoipa::PartialSchema for NewVoucher {
                             "required": ["stock", "begin_at", "end_at"],
                             "properties": {
                                 "stock": {"type": "integer", "format": "int32", "minimum": 0, "maximum": MAX_STOCK},
-                                "begin_at": {"type": "string", "format": "date-time"},
-                                "end_at": {"type": "string", "format": "date-time", "description": "After `begin_at`."},
+                                "begin_at": instant,
+                                "end_at": instant,
                             },
                         },
                     ],

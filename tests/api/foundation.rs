@@ -196,6 +196,9 @@ async fn voucher_validation_names_the_field() {
         ("title", json!("a\u{0}b")),
         ("sub_title", json!("\u{0}")),
         ("rules", json!("r\u{0}")),
+        // Year -1 in UTC: no RFC 3339 time could answer it (it was "-0001-12-31T23:00:00Z").
+        ("begin_at", json!("0000-01-01T00:00:00+01:00")),
+        ("end_at", json!("9999-12-31T23:00:00-01:00")),
     ];
     for (field, value) in cases {
         let mut body = valid.clone();
