@@ -4,6 +4,7 @@
 //! domain never depends on this module.
 pub mod admission;
 pub mod auth;
+pub mod doc_links;
 pub mod error;
 pub mod health;
 pub mod lifecycle;
