@@ -22,9 +22,10 @@ else
   echo "test.sh: not root; the tests that need root are ignored (cargo lists them)" >&2
   cargo test --workspace --all-targets
 fi
-# The server from outside, each run against a server of its own (the debug build
-# the tests just made): schemathesis holds it to its OpenAPI document (about 2
-# min), and a short run of each k6 scenario holds it to the scenarios' thresholds
-# (about 45 s).
-scripts/schemathesis.sh
-scripts/k6_smoke.sh
+# The server from outside, each run against a server of its own: schemathesis
+# holds it to its OpenAPI document (about 2 min), and a short run of each k6
+# scenario holds it to the scenarios' thresholds (about 45 s). They take the
+# binary the tests just built: after a change, a `cargo build` here would compile
+# the crate once more, without the dev-dependencies' features (about a minute).
+scripts/schemathesis.sh target/debug/seckill
+scripts/k6_smoke.sh target/debug/seckill
