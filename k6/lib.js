@@ -4,6 +4,8 @@
 import http from 'k6/http';
 import crypto from 'k6/crypto';
 import encoding from 'k6/encoding';
+import { check } from 'k6';
+import { Counter } from 'k6/metrics';
 
 export const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8080';
 const SECRET = __ENV.SECKILL_JWT_SECRET || 'seckill-development-secret-do-not-use-in-production';
@@ -49,4 +51,17 @@ export function voucherStats(voucherId) {
 // A user id no other run uses: the run's start time plus the iteration number.
 export function shopper(runBase, n) {
   return runBase + n;
+}
+
+// End-of-run invariants (checked once, in teardown): each that fails counts in
+// `broken_invariants`, which the scenarios hold to 0. (A plain check would vanish
+// in a `checks` rate over thousands of requests.)
+const brokenInvariants = new Counter('broken_invariants');
+
+export function invariants(value, named) {
+  for (const [name, holds] of Object.entries(named)) {
+    if (!check(value, { [name]: holds })) {
+      brokenInvariants.add(1);
+    }
+  }
 }

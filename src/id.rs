@@ -16,8 +16,45 @@ pub fn schema() -> RefOr<Schema> {
         .into()
 }
 
+/// What [`parse_str`] accepts, as a regular expression: up to 19 decimal digits
+/// (leading zeros allowed) of a number from 1 to `i64::MAX`. JSON Schema has no
+/// "at most this number" for strings, so the digits after any leading zeros are
+/// either at most 18 long, or 19 and spelt out digit by digit against `i64::MAX`.
+pub fn digits_pattern() -> String {
+    let max = i64::MAX.to_string();
+    let mut nineteen = Vec::new();
+    for (i, d) in max.bytes().enumerate() {
+        let lower = if i == 0 { b'1' } else { b'0' };
+        // Max's digits up to here, then a smaller digit, then any digits.
+        if d > lower {
+            let rest = max.len() - i - 1;
+            nineteen.push(format!(
+                "{}[{}-{}][0-9]{{{rest}}}",
+                &max[..i],
+                lower as char,
+                (d - 1) as char
+            ));
+        }
+    }
+    nineteen.push(max.clone());
+    format!("^0*([1-9][0-9]{{0,17}}|{})$", nineteen.join("|"))
+}
+
+/// The OpenAPI schema of an id in a path or query string ([`parse_str`]): decimal
+/// digits, which is all the server reads there (`42`, never `42.0`).
+pub fn url_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(19))
+        .pattern(Some(digits_pattern()))
+        .description(Some("A positive 64-bit id: decimal digits."))
+        .examples([serde_json::json!("42")])
+        .into()
+}
+
 /// The OpenAPI schema of an id in a request body ([`parse_value`]): decimal digits
-/// in a string, or a number; positive either way.
+/// in a string, or a whole number; positive either way.
 pub fn input_schema() -> RefOr<Schema> {
     OneOfBuilder::new()
         .item(
@@ -25,7 +62,7 @@ pub fn input_schema() -> RefOr<Schema> {
                 .schema_type(Type::String)
                 .min_length(Some(1))
                 .max_length(Some(19))
-                .pattern(Some("^[0-9]*[1-9][0-9]*$")),
+                .pattern(Some(digits_pattern())),
         )
         .item(
             ObjectBuilder::new()
@@ -33,7 +70,8 @@ pub fn input_schema() -> RefOr<Schema> {
                 .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
                     utoipa::openapi::KnownFormat::Int64,
                 )))
-                .minimum(Some(1)),
+                .minimum(Some(1))
+                .maximum(Some(i64::MAX)),
         )
         .description(Some("A positive 64-bit id: decimal digits in a string, or a number."))
         .examples([serde_json::json!("42")])
@@ -54,12 +92,23 @@ pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
 pub fn parse_value(v: &Value) -> Result<i64, String> {
     match v {
         Value::String(s) => parse_str(s),
-        Value::Number(n) => match n.as_i64() {
+        Value::Number(n) => match as_whole(n) {
             Some(i) if i > 0 => Ok(i),
             _ => Err(format!("must be a positive 64-bit integer, got {n}")),
         },
         other => Err(format!("must be a decimal string or a number, got {}", kind(other))),
     }
+}
+
+/// A JSON number without a fractional part that fits in an `i64` (`42` or `42.0`:
+/// JSON Schema's `integer` is any number whose fractional part is zero), else None.
+pub fn as_whole(n: &serde_json::Number) -> Option<i64> {
+    if let Some(i) = n.as_i64() {
+        return Some(i);
+    }
+    let f = n.as_f64()?;
+    // 2^63 is the first float above i64::MAX; every float below it converts exactly.
+    (f.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f)).then_some(f as i64)
 }
 
 /// A positive 63-bit id from decimal digits.
@@ -96,6 +145,45 @@ mod tests {
         assert_eq!(parse_value(&json!("42")), Ok(42));
         assert_eq!(parse_value(&json!(42)), Ok(42));
         assert_eq!(parse_value(&json!("9223372036854775807")), Ok(i64::MAX));
+        // JSON Schema's integer: a number without a fractional part.
+        assert_eq!(parse_value(&json!(42.0)), Ok(42));
+    }
+
+    /// The document's pattern for ids in URLs and bodies is `parse_str`.
+    #[test]
+    fn the_digits_pattern_is_parse_str() {
+        let re = regex_lite::Regex::new(&digits_pattern()).unwrap();
+        let max = i64::MAX.to_string();
+        let mut cases: Vec<String> = vec![
+            "0".into(),
+            "00".into(),
+            "1".into(),
+            "01".into(),
+            "42".into(),
+            max.clone(),
+            "9223372036854775808".into(),
+            "9999999999999999999".into(),
+            "1000000000000000000".into(),
+            "0000000000000000001".into(),
+            "0000000000000000000".into(),
+            "999999999999999999".into(),
+            "09223372036854775807".into(),
+            "12a".into(),
+            "".into(),
+            "-1".into(),
+            "+1".into(),
+        ];
+        // Every value one step below and above each digit of i64::MAX.
+        for i in 0..max.len() {
+            for d in b'0'..=b'9' {
+                let mut s = max.clone().into_bytes();
+                s[i] = d;
+                cases.push(String::from_utf8(s).unwrap());
+            }
+        }
+        for s in &cases {
+            assert_eq!(re.is_match(s) && s.len() <= 19, parse_str(s).is_ok(), "{s:?}");
+        }
     }
 
     #[test]
@@ -107,6 +195,9 @@ mod tests {
             json!("-1"),
             json!("9223372036854775808"),
             json!(1.5),
+            json!(0.0),
+            json!(9.3e18),
+            json!(-2.0),
             json!("12a"),
             json!(""),
             json!(null),

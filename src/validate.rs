@@ -38,11 +38,15 @@ pub fn required<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Valu
     optional(obj, field).ok_or_else(|| ValidationError::new(field, "is required"))
 }
 
-/// A string of at most `max_chars` characters, if given.
+/// A string of at most `max_chars` characters, if given. No NUL characters: a
+/// Postgres text cannot hold them (it refuses the row).
 pub fn text(obj: &Map<String, Value>, field: &str, max_chars: usize) -> Result<Option<String>, ValidationError> {
     let Some(s) = optional(obj, field).map(|v| string(v, field)).transpose()? else {
         return Ok(None);
     };
+    if s.contains('\0') {
+        return Err(ValidationError::new(field, "must not contain NUL characters (U+0000)"));
+    }
     if s.chars().count() > max_chars {
         return Err(ValidationError::new(
             field,
@@ -57,10 +61,12 @@ pub fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, ValidationError>
         .ok_or_else(|| ValidationError::new(field, format!("must be a string, got {}", id::kind(v))))
 }
 
-/// A whole number in `min..=max`.
+/// A whole number in `min..=max`. `126.0` is the whole number 126 (JSON Schema's
+/// `integer`, which the OpenAPI document promises, is any number without a
+/// fractional part).
 pub fn whole(v: &Value, field: &str, min: i64, max: i64) -> Result<i64, ValidationError> {
     let n = match v {
-        Value::Number(n) => n.as_i64(),
+        Value::Number(n) => id::as_whole(n),
         _ => {
             return Err(ValidationError::new(
                 field,
@@ -84,12 +90,66 @@ pub fn id(v: &Value, field: &str) -> Result<i64, ValidationError> {
     id::parse_value(v).map_err(|e| ValidationError::new(field, e))
 }
 
-/// An RFC 3339 time with an offset.
+/// The years a time may be given in ([`TIME_YEAR_PATTERN`]): any offset keeps it
+/// within 0000-9999 in UTC, which is what RFC 3339 can write back. (Year 0000 at
+/// +01:00 is year -1 in UTC, which would be answered as "-0001-12-31T23:00:00Z".)
+pub const TIME_YEARS: std::ops::RangeInclusive<i32> = 1..=9998;
+
+/// [`TIME_YEARS`] as the start of a pattern, for the OpenAPI document.
+pub const TIME_YEAR_PATTERN: &str =
+    "^(000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])-";
+
+/// An RFC 3339 time with an offset, in the years [`TIME_YEARS`].
 pub fn time(v: &Value, field: &str) -> Result<DateTime<Utc>, ValidationError> {
+    use chrono::Datelike;
     let s = v
         .as_str()
         .ok_or_else(|| ValidationError::new(field, "must be an RFC 3339 time with an offset"))?;
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.to_utc())
-        .map_err(|_| ValidationError::new(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))
+    let t = DateTime::parse_from_rfc3339(s)
+        .map_err(|_| ValidationError::new(field, format!("must be an RFC 3339 time with an offset, got {s:?}")))?;
+    if !TIME_YEARS.contains(&t.year()) {
+        return Err(ValidationError::new(field, "must be in the years 0001 to 9998"));
+    }
+    Ok(t.to_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The document's year pattern is the year check.
+    #[test]
+    fn the_time_year_pattern_is_the_year_check() {
+        let re = regex_lite::Regex::new(TIME_YEAR_PATTERN).unwrap();
+        for year in 0..=9999 {
+            for offset in ["Z", "+23:59", "-23:59"] {
+                let t = format!("{year:04}-01-01T00:00:00{offset}");
+                assert_eq!(re.is_match(&t), time(&json!(t), "t").is_ok(), "{t}");
+            }
+        }
+        let late = time(&json!("9998-12-31T23:59:59-23:59"), "t").unwrap();
+        assert!(late.to_rfc3339().starts_with("9999-"));
+    }
+
+    #[test]
+    fn text_refuses_nul_characters() {
+        let obj = json!({"title": "a\u{0}b", "rules": "ab"});
+        let obj = obj.as_object().unwrap();
+        assert_eq!(text(obj, "title", 10).unwrap_err().field, "title");
+        assert_eq!(text(obj, "rules", 10), Ok(Some("ab".to_owned())));
+    }
+
+    #[test]
+    fn whole_numbers_may_be_written_with_a_zero_fraction() {
+        assert_eq!(whole(&json!(126.0), "count", 1, 1000), Ok(126));
+        assert_eq!(whole(&json!(126), "count", 1, 1000), Ok(126));
+        assert!(whole(&json!(1.5), "count", 1, 1000).is_err());
+        assert!(whole(&json!(1e300), "count", 1, 1000).is_err());
+        assert!(whole(&json!(18446744073709551615u64), "count", 1, i64::MAX).is_err());
+        assert_eq!(
+            whole(&json!(2000.0), "count", 1, 1000).unwrap_err().message,
+            "must be <= 1000"
+        );
+    }
 }

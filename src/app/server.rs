@@ -97,11 +97,9 @@ fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
     ApiError::validation("query", err).into()
 }
 
-async fn not_found(req: HttpRequest) -> Result<actix_web::HttpResponse, ApiError> {
+/// No route took the request: 405 with `Allow` for a known path, else 404.
+async fn not_found(req: HttpRequest) -> actix_web::HttpResponse {
     use actix_web::HttpMessage;
     req.extensions_mut().insert(crate::http::admission::Unmatched);
-    Err(ApiError::not_found(
-        "not_found",
-        format!("no route for {} {}", req.method(), req.path()),
-    ))
+    crate::http::methods::unrouted(req.method(), req.path())
 }

@@ -6,9 +6,11 @@
 pub mod admission;
 pub mod auth;
 pub mod console;
+pub mod doc_links;
 pub mod error;
 pub mod health;
 pub mod lifecycle;
+pub mod methods;
 pub mod openapi;
 pub mod orders;
 pub mod path;

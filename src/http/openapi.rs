@@ -7,6 +7,7 @@
 //! against it). The responses endpoints share (errors, shedding) are defined once
 //! below, as `IntoResponses` types that are never built, and each handler's
 //! `#[utoipa::path]` lists them by name.
+use super::doc_links::{IdParams, Links};
 use super::error::{ErrorBody, ErrorDetail};
 use super::responses::{RateLimited, Unavailable};
 use crate::order::{Accepted, Order};
@@ -72,7 +73,7 @@ impl Modify for BearerAuth {
         PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
         Rule, RuleRequest, NextRequest, NextValues,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &IdParams, &Links),
 )]
 pub struct ApiDoc;
 
@@ -107,10 +108,77 @@ async fn css() -> HttpResponse {
         .body(&include_bytes!("../../static/swagger-ui/swagger-ui.css")[..])
 }
 
+/// The Swagger UI's pages and assets: GET routes the document does not describe.
+pub const UI_PAGES: [&str; 4] = [
+    "/api-docs/",
+    "/api-docs",
+    "/api-docs/swagger-ui-bundle.js",
+    "/api-docs/swagger-ui.css",
+];
+
 pub fn configure(cfg: &mut web::ServiceConfig) {
+    let [index_slash, index_bare, js, style] = UI_PAGES;
     cfg.route("/api-docs/openapi.json", web::get().to(openapi_json))
-        .route("/api-docs/", web::get().to(index))
-        .route("/api-docs", web::get().to(index))
-        .route("/api-docs/swagger-ui-bundle.js", web::get().to(bundle))
-        .route("/api-docs/swagger-ui.css", web::get().to(css));
+        .route(index_slash, web::get().to(index))
+        .route(index_bare, web::get().to(index))
+        .route(js, web::get().to(bundle))
+        .route(style, web::get().to(css));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::doc_links::LINKS;
+
+    /// Every link rule finds its operation and at least one target, and every
+    /// link names an operation of the document and a parameter it has.
+    #[test]
+    fn every_link_rule_links_existing_operations() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let mut operations = std::collections::BTreeMap::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                let params: Vec<String> = op["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p["name"].as_str().unwrap().to_owned())
+                    .collect();
+                operations.insert(op["operationId"].as_str().unwrap().to_owned(), params);
+            }
+        }
+        let mut ids: Vec<&str> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str())
+            .collect();
+        let all = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(
+            ids.len(),
+            all,
+            "operationIds must be unique (links name operations by id)"
+        );
+        for rule in &LINKS {
+            let links = &doc["paths"][rule.path][rule.method]["responses"][rule.status]["links"];
+            let links = links
+                .as_object()
+                .unwrap_or_else(|| panic!("no links from {} {}", rule.method, rule.path));
+            assert!(
+                links.values().any(|l| l["parameters"][rule.param].is_string()),
+                "{}",
+                rule.path
+            );
+            for (name, link) in links {
+                let target = link["operationId"].as_str().unwrap();
+                let params = &operations[target];
+                for param in link["parameters"].as_object().unwrap().keys() {
+                    assert!(params.contains(param), "link {name}: {target} has no parameter {param}");
+                }
+            }
+        }
+    }
 }

@@ -110,7 +110,7 @@ async fn set_paused(state: &AppState, id: i64, paused: bool) -> Result<Voucher, 
     Ok(voucher)
 }
 
-#[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}/live", tag = "admin", security(("bearer" = [])),
+#[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}/live", operation_id = "live_sale", tag = "admin", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")),
     responses((status = 200, description = "the sale's numbers for the admin console: stock, orders by outcome, the relay, the books", body = LiveSale),
         BadRequest, Unauthorized, Forbidden, VoucherNotFound, NotAFlashSale, RateLimited, Unavailable))]

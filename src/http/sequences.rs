@@ -45,6 +45,9 @@ pub async fn next(
     path: web::Path<String>,
     body: web::Json<Value>,
 ) -> Result<web::Json<NextValues>, ApiError> {
+    // No rule can have another name: say so before asking Postgres (which refuses
+    // some, a NUL character for one).
+    rule::check_name(&path)?;
     let req = NextRequest::parse(&body)?;
     match state.sequences.next(&path, req.tenant_id, req.count).await? {
         Some(values) => Ok(web::Json(NextValues { values })),

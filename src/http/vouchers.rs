@@ -1,5 +1,6 @@
 //! Admin and public voucher routes.
 use super::auth::Admin;
+use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{
     BadRequest, BodyRefused, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound,
@@ -71,7 +72,10 @@ pub async fn admin_get(
 #[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/stock", tag = "admin", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")), request_body = AddStock,
     responses((status = 200, description = "the voucher, its sale's numbers and the top-up (final: do not retry)", body = ToppedUp),
-        BadRequest, Unauthorized, Forbidden, VoucherNotFound, NotAFlashSale, BodyRefused, RateLimited, Unavailable))]
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody,
+            description = "not_a_flash_sale; stock_limit_exceeded: the voucher's stock plus `add` would exceed 100,000,000"),
+        BodyRefused, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all)]
 pub async fn add_stock(
     state: web::Data<AppState>,
@@ -89,10 +93,12 @@ pub async fn add_stock(
             "this voucher has no stock to add to",
         ));
     };
+    // A valid `add` that the voucher's stock leaves no room for: a conflict with
+    // the voucher's state, not a malformed request.
     if flash.stock as i64 + add as i64 > MAX_STOCK {
-        return Err(ApiError::validation(
-            "add",
-            format!("total stock would exceed {MAX_STOCK}"),
+        return Err(ApiError::conflict(
+            "stock_limit_exceeded",
+            format!("add: the total stock would exceed {MAX_STOCK}"),
         ));
     }
     // Postgres first: stock, total and a pending top-up in one transaction.

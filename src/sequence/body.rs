@@ -4,6 +4,8 @@
 use crate::validate::{self, string, whole, ValidationError};
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::RefOr;
 use utoipa::ToSchema;
 
 /// Most numbers one call may take.
@@ -12,24 +14,77 @@ pub const MAX_COUNT: i64 = 1000;
 /// `PUT /api/v1/admin/sequences/{name}`: the rule to create or replace.
 #[derive(Clone, Debug, PartialEq, Eq, ToSchema)]
 pub struct RuleRequest {
-    /// Printed before the date: no whitespace or control characters.
+    /// Printed before the date: no whitespace (Unicode White_Space) or control
+    /// characters.
     #[schema(
         min_length = 1,
         max_length = 32,
-        pattern = "^[^\\s\\u0000-\\u001f\\u007f-\\u009f]+$",
+        pattern = "^[^ \\u0000-\\u001f\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]+$",
         example = "YD"
     )]
     pub prefix: String,
     /// `yyyy` or `yy`, `MM` and `dd` (all three: numbers restart every day), and
-    /// the separators `-` `/` `.` `_`.
-    #[schema(pattern = "^(yyyy|yy|MM|dd|[-/._])+$", example = "yyMMdd")]
+    /// the separators `-` `/` `.` `_`. The pattern spells out "a year, a month and
+    /// a day in any order, among more of the same" without look-aheads, which not
+    /// every tool's regex dialect has.
+    #[schema(schema_with = date_format_schema)]
     pub date_format: String,
     /// Digits of the counter, zero-padded; a larger number grows wider.
     #[schema(minimum = 1, maximum = 18)]
     pub min_width: i64,
     /// IANA zone whose midnight starts a new day; `SECKILL_TIME_ZONE` if absent.
-    #[schema(example = "Asia/Shanghai")]
+    #[schema(schema_with = time_zone_schema)]
     pub time_zone: Option<String>,
+}
+
+/// `date_format`: the tokens of [`super::rule::chrono_format`] with a year, a
+/// month and a day among them, in any order (six orders, as the pattern must do
+/// without look-aheads, which not every tool's regex dialect has).
+fn date_format_schema() -> RefOr<Schema> {
+    let any = "(yyyy|yy|MM|dd|[-/._])*";
+    let orders = [
+        ["Y", "M", "D"],
+        ["Y", "D", "M"],
+        ["M", "Y", "D"],
+        ["M", "D", "Y"],
+        ["D", "Y", "M"],
+        ["D", "M", "Y"],
+    ]
+    .map(|order| {
+        order
+            .map(|part| match part {
+                "Y" => "(yyyy|yy)",
+                "M" => "MM",
+                _ => "dd",
+            })
+            .join(any)
+    })
+    .join("|");
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!("^{any}({orders}){any}$")))
+        .description(Some(
+            "`yyyy` or `yy`, `MM` and `dd` (all three: numbers restart every day), and the separators `-` `/` `.` `_`.",
+        ))
+        .examples(["yyMMdd"])
+        .into()
+}
+
+/// `time_zone`: an IANA zone name chrono-tz knows (exactly as spelt there), or null.
+fn time_zone_schema() -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(
+            chrono_tz::TZ_VARIANTS
+                .iter()
+                .map(|tz| Value::from(tz.name()))
+                .chain([Value::Null]),
+        ))
+        .description(Some(
+            "IANA zone whose midnight starts a new day; `SECKILL_TIME_ZONE` if absent or null.",
+        ))
+        .examples(["Asia/Shanghai"])
+        .into()
 }
 
 impl RuleRequest {
@@ -54,7 +109,8 @@ pub struct NextRequest {
     /// Numbers are counted per tenant.
     #[schema(schema_with = crate::id::input_schema)]
     pub tenant_id: i64,
-    #[schema(required = false, minimum = 1, maximum = 1000, default = 1)]
+    /// 1 if absent or null.
+    #[schema(required = false, nullable, minimum = 1, maximum = 1000, default = 1)]
     pub count: u64,
 }
 
@@ -87,4 +143,56 @@ fn given<'a>(body: &'a Value, field: &str) -> Option<&'a Value> {
 
 fn required<'a>(body: &'a Value, field: &str) -> Result<&'a Value, ValidationError> {
     given(body, field).ok_or_else(|| ValidationError::new(field, "is required"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sequence::rule::chrono_format;
+
+    fn pattern(schema: RefOr<Schema>) -> regex_lite::Regex {
+        let json = serde_json::to_value(schema).unwrap();
+        regex_lite::Regex::new(json["pattern"].as_str().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_date_format_pattern_accepts_exactly_what_the_rule_does() {
+        let re = pattern(date_format_schema());
+        let tokens = ["yyyy", "yy", "MM", "dd", "-", "/", ".", "_", "y", "M", "d", "x"];
+        // Every string of up to four tokens (and stray letters): the document and
+        // the rule agree on each.
+        let mut formats = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = formats
+                .iter()
+                .flat_map(|f| tokens.iter().map(move |t| format!("{f}{t}")))
+                .collect();
+            formats.extend(longer);
+        }
+        for f in &formats {
+            assert_eq!(re.is_match(f), chrono_format(f).is_ok(), "{f:?}");
+        }
+    }
+
+    /// The schema's `prefix` pattern and the rule's check agree on every character
+    /// of the Basic Multilingual Plane.
+    #[test]
+    fn the_prefix_pattern_is_the_rule_check() {
+        let schema = serde_json::to_value(<RuleRequest as utoipa::PartialSchema>::schema()).unwrap();
+        let re = regex_lite::Regex::new(schema["properties"]["prefix"]["pattern"].as_str().unwrap()).unwrap();
+        for c in (0..=0xffffu32).filter_map(char::from_u32) {
+            let prefix = c.to_string();
+            let rule = crate::sequence::Rule::parse_parts("r", &prefix, "yyMMdd", 3, "UTC");
+            assert_eq!(re.is_match(&prefix), rule.is_ok(), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn every_documented_time_zone_parses() {
+        let json = serde_json::to_value(time_zone_schema()).unwrap();
+        for name in json["enum"].as_array().unwrap().iter().filter_map(Value::as_str) {
+            assert!(name.parse::<chrono_tz::Tz>().is_ok(), "{name}");
+        }
+        assert!("asia/shanghai".parse::<chrono_tz::Tz>().is_err());
+    }
 }

@@ -93,6 +93,19 @@ pub fn chrono_format(pattern: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// A rule's name: 1-64 characters of `[a-z0-9_-]`.
+pub fn check_name(name: &str) -> Result<(), RuleError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+    {
+        return Err(RuleError::Name);
+    }
+    Ok(())
+}
+
 impl Rule {
     pub fn parse_parts(
         name: &str,
@@ -101,14 +114,7 @@ impl Rule {
         min_width: i64,
         time_zone: &str,
     ) -> Result<Self, RuleError> {
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-        {
-            return Err(RuleError::Name);
-        }
+        check_name(name)?;
         if prefix.is_empty() || prefix.chars().count() > 32 {
             return Err(RuleError::PrefixLength);
         }

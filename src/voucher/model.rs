@@ -3,7 +3,7 @@
 use crate::validate::{self, optional, required, text, time, whole, ValidationError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 /// Largest stock one voucher may have.
@@ -61,25 +61,82 @@ impl Voucher {
 }
 
 /// A validated `POST /api/v1/admin/vouchers` body. A voucher with `stock`,
-/// `begin_at` and `end_at` is a flash sale; one without them is ordinary.
-#[derive(Clone, Debug, ToSchema)]
+/// `begin_at` and `end_at` is a flash sale; one without them is ordinary. Its
+/// OpenAPI schema (below) states what [`NewVoucher::parse`] accepts.
+#[derive(Clone, Debug)]
 pub struct NewVoucher {
-    #[schema(schema_with = crate::id::input_schema)]
     pub shop_id: i64,
-    /// Not blank.
-    #[schema(min_length = 1, max_length = 255, pattern = "\\S")]
     pub title: String,
-    #[schema(max_length = 255)]
     pub sub_title: Option<String>,
-    #[schema(max_length = 4096)]
     pub rules: Option<String>,
-    #[schema(minimum = 0, maximum = 4_611_686_018_427_387_903_i64)]
     pub pay_value: i64,
-    #[schema(minimum = 0, maximum = 4_611_686_018_427_387_903_i64)]
     pub actual_value: i64,
-    #[serde(flatten)]
-    #[schema(value_type = FlashSale)]
     pub flash: Option<FlashSale>,
+}
+
+/// Characters Rust's `str::trim` removes (Unicode White_Space), for the patterns
+/// below: spelt out because `\s` means a different set in each regex dialect.
+const WHITE_SPACE: &str = "\\u0009-\\u000d \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+
+impl utoipa::ToSchema for NewVoucher {}
+
+impl utoipa::PartialSchema for NewVoucher {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let id = serde_json::to_value(crate::id::input_schema()).expect("a schema serialises");
+        let money = json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_MONEY});
+        let instant = json!({"type": "string", "format": "date-time", "pattern": validate::TIME_YEAR_PATTERN,
+                          "description": "RFC 3339 with an offset, in the years 0001 to 9998 (so that it is one \
+                                          in UTC too); `begin_at` before `end_at`."});
+        // A field that is null counts as absent (`validate::optional`): the ordinary
+        // voucher has none of the flash-sale fields, or only nulls.
+        let schema = json!({
+            "description": "A `POST /api/v1/admin/vouchers` body: a flash sale (`stock`, `begin_at` and \
+                            `end_at`, `begin_at` < `end_at`) or an ordinary voucher (none of the three). \
+                            A field that is null counts as absent. Money is in cents.",
+            "examples": [{"shop_id": "1", "title": "100 off 50", "pay_value": 5000, "actual_value": 10000,
+                          "stock": 100, "begin_at": "2026-01-01T00:00:00+08:00", "end_at": "2099-01-01T00:00:00Z"}],
+            "allOf": [
+                {
+                    "type": "object",
+                    "required": ["shop_id", "title", "pay_value", "actual_value"],
+                    "properties": {
+                        "shop_id": id,
+                        "title": {"type": "string", "minLength": 1, "maxLength": 255,
+                                  "pattern": format!("^[^\\u0000]*[^\\u0000{WHITE_SPACE}][^\\u0000]*$"),
+                                  "description": "Not blank; no NUL characters."},
+                        "sub_title": {"type": ["string", "null"], "maxLength": 255, "pattern": "^[^\\u0000]*$"},
+                        "rules": {"type": ["string", "null"], "maxLength": 4096, "pattern": "^[^\\u0000]*$"},
+                        "pay_value": money,
+                        "actual_value": money,
+                    },
+                },
+                {
+                    "oneOf": [
+                        {
+                            "title": "ordinary voucher",
+                            "type": "object",
+                            "properties": {
+                                "stock": {"type": "null"},
+                                "begin_at": {"type": "null"},
+                                "end_at": {"type": "null"},
+                            },
+                        },
+                        {
+                            "title": "flash sale",
+                            "type": "object",
+                            "required": ["stock", "begin_at", "end_at"],
+                            "properties": {
+                                "stock": {"type": "integer", "format": "int32", "minimum": 0, "maximum": MAX_STOCK},
+                                "begin_at": instant,
+                                "end_at": instant,
+                            },
+                        },
+                    ],
+                },
+            ],
+        });
+        serde_json::from_value(schema).expect("the NewVoucher schema is an OpenAPI schema")
+    }
 }
 
 impl NewVoucher {
@@ -168,6 +225,22 @@ mod tests {
         let e = NewVoucher::parse(&body).unwrap_err();
         assert!(e.to_string().starts_with(&format!("{}: ", e.field)), "{e}");
         e.field
+    }
+
+    /// The schema's `title` pattern (not blank, no NUL) and `parse` agree on every
+    /// character of the Basic Multilingual Plane, alone and beside others.
+    #[test]
+    fn the_title_pattern_is_the_blank_check() {
+        let schema = serde_json::to_value(<NewVoucher as utoipa::PartialSchema>::schema()).unwrap();
+        let pattern = schema["allOf"][0]["properties"]["title"]["pattern"].as_str().unwrap();
+        let re = regex_lite::Regex::new(pattern).unwrap();
+        for c in (0..=0xffffu32).filter_map(char::from_u32) {
+            for title in [c.to_string(), format!("a{c}"), format!("{c} ")] {
+                let mut b = base();
+                b["title"] = json!(title);
+                assert_eq!(re.is_match(&title), NewVoucher::parse(&b).is_ok(), "{title:?}");
+            }
+        }
     }
 
     #[test]

@@ -76,6 +76,85 @@ async fn the_openapi_document_covers_every_contract_route() {
     app.shutdown().await;
 }
 
+/// A known path asked with a method it does not take answers 405
+/// `method_not_allowed` with `Allow` naming exactly the methods the document lists
+/// for it; each of those the router really takes (the answer is the handler's, not
+/// the router's "no route"). Unknown paths stay 404.
+#[tokio::test]
+async fn a_known_path_with_another_method_is_405_with_allow() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (_, doc) = app.get("/api-docs/openapi.json", None).await;
+    let admin = app.admin();
+    let methods = ["GET", "PUT", "POST", "DELETE", "PATCH", "TRACE", "OPTIONS", "HEAD"];
+    let mut paths: Vec<(String, BTreeSet<String>)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(path, item)| {
+            let listed = item.as_object().unwrap().keys().map(|m| m.to_uppercase()).collect();
+            (path.clone(), listed)
+        })
+        .collect();
+    paths.push(("/api-docs/".to_owned(), BTreeSet::from(["GET".to_owned()])));
+    for (template, listed) in &paths {
+        let path = template
+            .replace("{id}", "1")
+            .replace("{order_id}", "1")
+            .replace("{name}", "order");
+        for method in methods {
+            let resp = app
+                .client
+                .request(
+                    reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                    format!("{}{path}", app.addr),
+                )
+                .bearer_auth(&admin)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            let allow = resp.headers().get("allow").map(|v| v.to_str().unwrap().to_owned());
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            if listed.contains(method) {
+                assert!(
+                    status != StatusCode::METHOD_NOT_ALLOWED && body["error"]["code"] != "not_found",
+                    "{method} {path} is documented but not routed: {status} {body}"
+                );
+                continue;
+            }
+            assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {body}");
+            let allowed: BTreeSet<String> = allow
+                .unwrap_or_else(|| panic!("{method} {path}: 405 without Allow"))
+                .split(',')
+                .map(|m| m.trim().to_owned())
+                .collect();
+            assert_eq!(&allowed, listed, "{method} {path}: Allow");
+            if method != "HEAD" {
+                assert_eq!(code(&body), "method_not_allowed", "{method} {path}: {body}");
+            }
+        }
+    }
+    for (method, path) in [
+        ("TRACE", "/api/v1/nope"),
+        ("GET", "/api/v1/vouchers/1/nope"),
+        ("POST", "/elsewhere"),
+    ] {
+        let resp = app
+            .client
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                format!("{}{path}", app.addr),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method} {path}");
+        assert!(resp.headers().get("allow").is_none());
+    }
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn every_schema_is_a_real_type_and_responses_match_the_document() {
     let ns = Namespace::new().await;

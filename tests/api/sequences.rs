@@ -224,6 +224,32 @@ async fn bad_rules_and_requests_get_clear_errors() {
         )
         .await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "sequence_not_found"));
+    // A name no rule can have (here a NUL character, which Postgres refuses to
+    // compare: a 500 once) is the request's fault.
+    for name in ["%00", "UPPER", "a%20b"] {
+        let (status, body) = app
+            .post(
+                &format!("/api/v1/sequences/{name}/next"),
+                Some(&app.service()),
+                json!({"tenant_id": "1"}),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "validation_failed"),
+            "{name}: {body}"
+        );
+    }
+    // JSON Schema's integer includes 2.0.
+    let (status, body) = app
+        .post(
+            "/api/v1/sequences/r/next",
+            Some(&app.service()),
+            json!({"tenant_id": 1.0, "count": 2.0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["values"].as_array().unwrap().len(), 2);
     let (status, body) = app
         .post(
             "/api/v1/sequences/r/next",

@@ -247,6 +247,26 @@ async fn a_top_up_on_a_live_sold_out_sale_is_sellable_at_once() {
     app.shutdown().await;
 }
 
+/// A valid `add` that the voucher's stock leaves no room for is a conflict with the
+/// voucher's state (409), not a bad request: the body alone is fine (the OpenAPI
+/// document allows any `add` up to 100,000,000, and schemathesis sends such ones).
+#[tokio::test]
+async fn a_top_up_past_the_stock_limit_is_a_conflict_and_changes_nothing() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(99_999_990).await;
+    let (status, body) = top_up(&app, v, 11).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(code(&body), "stock_limit_exceeded");
+    assert_eq!(pg_stock(app.pg(), v).await, (99_999_990, 99_999_990));
+    let (status, body) = top_up(&app, v, 10).await;
+    assert_eq!(status, StatusCode::OK, "up to the limit exactly: {body}");
+    assert_eq!(pg_stock(app.pg(), v).await, (100_000_000, 100_000_000));
+    // What the body itself gets wrong is still 400.
+    assert_eq!(top_up(&app, v, 0).await.0, StatusCode::BAD_REQUEST);
+    app.shutdown().await;
+}
+
 /// The crash window, step by step through the domain functions: the Postgres
 /// half commits, the process "dies" before the Redis half. The recovery pass
 /// finishes it; applying the same top-up again, concurrently, or after a crash

@@ -1,0 +1,67 @@
+"""Schemathesis hooks for scripts/schemathesis.sh (loaded through SCHEMATHESIS_HOOKS).
+
+One rule of the API that JSON Schema cannot state: a flash sale's `begin_at` must
+be before its `end_at` (the document says so in words). A generated body that
+holds two valid times in the wrong order (or equal) gets `end_at` a second or two
+after `begin_at` (or, at the end of the years allowed, `begin_at` before `end_at`;
+failing both, a fixed window in 2000), so that a request the generator means as
+valid is valid. Everything else, including every deliberately invalid body, is
+sent as generated.
+"""
+import re
+from datetime import datetime, timedelta, timezone
+
+import schemathesis
+
+_TIME = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def _time(value):
+    """The instant an RFC 3339 string names (a leap second as the one before it,
+    plus 0.999999 s), or None."""
+    match = isinstance(value, str) and _TIME.match(value)
+    if not match:
+        return None
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    leap = second == "60"
+    text = f"{year}-{month}-{day}T{hour}:{minute}:{'59' if leap else second}{fraction or ''}"
+    text += "+00:00" if offset in ("Z", "z") else offset
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed + timedelta(microseconds=999_999) if leap else parsed
+
+
+def _within_years(t):
+    return 1 <= t.year <= 9998
+
+
+@schemathesis.hook
+def map_case(context, case):
+    body = case.body
+    if context.operation is None or context.operation.path != "/api/v1/admin/vouchers":
+        return case
+    if not isinstance(body, dict):
+        return case
+    begin, end = _time(body.get("begin_at")), _time(body.get("end_at"))
+    if begin is None or end is None or begin < end:
+        return case
+    try:
+        later = (begin + timedelta(seconds=1)).replace(microsecond=0) + timedelta(seconds=1)
+        if _within_years(later):
+            body["end_at"] = later.isoformat()
+            return case
+    except OverflowError:
+        pass
+    try:
+        earlier = (end - timedelta(seconds=2)).replace(microsecond=0)
+        if _within_years(earlier):
+            body["begin_at"] = earlier.isoformat()
+            return case
+    except OverflowError:
+        pass
+    body["begin_at"], body["end_at"] = "2000-01-01T00:00:00Z", "2000-01-02T00:00:00Z"
+    return case
