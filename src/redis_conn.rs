@@ -72,6 +72,8 @@ pub struct Redis {
     /// The seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER=true`).
     cluster: Option<ClusterClient>,
     seeds: Arc<[Client]>,
+    /// The seed nodes' URLs, to build a cluster client per handle (its deadline).
+    seed_urls: Arc<[String]>,
     /// The current connection: read on every command (a read lock, no await).
     slot: Arc<RwLock<Option<Conn>>>,
     /// Held while a new connection is made, so that callers make one, not many.
@@ -105,7 +107,9 @@ impl Conn {
 
     fn watch<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
         if let Err(e) = &r {
-            if is_fatal(e) {
+            // On a cluster (no retries, see `cluster_client`) a timeout may be a
+            // node gone: connect anew and check the masters.
+            if is_fatal(e) || (matches!(self.inner, Link::Cluster(_)) && e.is_timeout()) {
                 self.broken.store(true, Ordering::Release);
             }
         }
@@ -120,8 +124,30 @@ fn is_fatal(e: &RedisError) -> bool {
         || e.is_connection_refusal()
         || matches!(
             e.kind(),
-            ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading)
+            ErrorKind::Server(
+                ServerErrorKind::ReadOnly
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+                    // A cluster whose slots moved (a failover, a reshard): the next
+                    // caller connects anew and reads the masters' identity.
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+            ) | ErrorKind::ClusterConnectionNotFound
         )
+}
+
+/// A cluster client that never retries or follows a redirect by itself: a moved
+/// slot or a lost node is an error its caller sees, so that the handle connects
+/// anew and checks which masters it talks to (a promoted replica may have missed
+/// writes) instead of being carried over to them silently.
+fn cluster_client(urls: &[String], timeout: Duration) -> RedisResult<ClusterClient> {
+    ClusterClient::builder(urls.iter().map(String::as_str))
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        .retries(0)
+        .build()
 }
 
 impl ConnectionLike for Conn {
@@ -236,13 +262,9 @@ impl Redis {
         let Some(client) = seeds.first().cloned() else {
             return Err(RedisError::from((ErrorKind::InvalidClientConfig, "REDIS_URL is empty")));
         };
+        let seed_urls: Arc<[String]> = urls.iter().map(|u| u.to_string()).collect();
         let cluster = if cluster {
-            Some(
-                ClusterClient::builder(urls.iter().copied())
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .build()?,
-            )
+            Some(cluster_client(&seed_urls, timeout)?)
         } else {
             None
         };
@@ -250,6 +272,7 @@ impl Redis {
             client,
             cluster,
             seeds: seeds.into(),
+            seed_urls,
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: Arc::new(Identity::default()),
@@ -264,8 +287,13 @@ impl Redis {
     pub fn dedicated(&self, timeout: Duration) -> Self {
         Self {
             client: self.client.clone(),
-            cluster: self.cluster.clone(),
+            // A cluster client carries its deadline: one of this handle's own.
+            cluster: self
+                .cluster
+                .as_ref()
+                .map(|c| cluster_client(&self.seed_urls, timeout).unwrap_or_else(|_| c.clone())),
             seeds: self.seeds.clone(),
+            seed_urls: self.seed_urls.clone(),
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: self.identity.clone(),
@@ -431,8 +459,9 @@ fn run_id_of(info: &str) -> Result<String, RedisError> {
         })
 }
 
-/// The sorted, comma-separated `run_id`s of every master of a cluster. Also
-/// refuses a cluster that does not serve every slot.
+/// The sorted, comma-separated `run_id/master_replid` of every master of a
+/// cluster. Refuses a cluster that does not serve every slot, a node that is not a
+/// master, and an answer from fewer masters than the cluster has.
 async fn masters_identity(c: &mut ClusterConnection) -> Result<String, RedisError> {
     let state: String = c
         .route_command(
@@ -449,7 +478,7 @@ async fn masters_identity(c: &mut ClusterConnection) -> Result<String, RedisErro
     }
     let reply = c
         .route_command(
-            redis::cmd("INFO").arg("server").to_owned(),
+            redis::cmd("INFO").arg("server").arg("replication").to_owned(),
             RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
         )
         .await?;
@@ -460,7 +489,35 @@ async fn masters_identity(c: &mut ClusterConnection) -> Result<String, RedisErro
             .collect::<Result<_, _>>()?,
         other => redis::from_redis_value(other)?,
     };
-    let mut ids = infos.iter().map(|i| run_id_of(i)).collect::<Result<Vec<_>, _>>()?;
+    let masters = state
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
+        .and_then(|n| n.trim().parse::<usize>().ok());
+    if masters != Some(infos.len()) {
+        // The client's map of the cluster is stale (it skipped a node it could not
+        // reach): not an identity to vouch for.
+        return Err(RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ClusterDown),
+            "not every master of the Redis Cluster answered",
+        )));
+    }
+    // A node's run_id and its replication id: a promotion gives the promoted node
+    // a new replication id, also when the same processes fail back later.
+    let mut ids = Vec::with_capacity(infos.len());
+    for info in &infos {
+        let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+        if field("role:") != Some("master") {
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::ReadOnly),
+                "a node the cluster client takes for a master is not one",
+            )));
+        }
+        ids.push(format!(
+            "{}/{}",
+            run_id_of(info)?,
+            field("master_replid:").unwrap_or("")
+        ));
+    }
     ids.sort();
     Ok(ids.join(","))
 }

@@ -100,10 +100,11 @@ impl EpochGuard {
             .execute(&mut *tx)
             .await?;
         crate::voucher::topup::sales_rebuilt(&mut tx, &sales).await?;
-        let mut conn = self.redis.conn().await?;
-        if conn.run_id() != &run_id {
+        // The node's run_id, or every master's of a cluster, read again now.
+        if self.redis.current_identity().await? != run_id {
             bail!("the Redis server changed during the repair");
         }
+        let mut conn = self.redis.conn().await?;
         let () = redis::cmd("SET")
             .arg(self.keys.epoch())
             .arg(epoch)
