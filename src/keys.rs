@@ -1,7 +1,8 @@
 //! Every Redis key and RabbitMQ name, under the deployment's namespace.
 //!
-//! All keys of one voucher share the hash tag `{v<id>}` so that the order script,
-//! which touches several of them, runs unchanged on Redis Cluster.
+//! All keys of one shard of a voucher share one hash tag so that the order script,
+//! which touches several of them, runs unchanged on Redis Cluster: shard 0 (every
+//! sale with `stock_shards` 1) uses `{v<id>}`, shard k >= 1 `{v<id>.<k>}`.
 
 /// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the part
 /// between the first `{` and the next `}`, if not empty) or of the whole key, mod 16384.
@@ -32,7 +33,82 @@ impl Keys {
     }
 
     fn voucher(&self, id: i64, what: &str) -> String {
-        format!("{}:{{v{}}}:{}", self.ns, id, what)
+        self.shard(id, 0, what)
+    }
+
+    fn shard(&self, id: i64, shard: u32, what: &str) -> String {
+        match shard {
+            0 => format!("{}:{{v{}}}:{}", self.ns, id, what),
+            k => format!("{}:{{v{}.{}}}:{}", self.ns, id, k, what),
+        }
+    }
+
+    /// [`Keys::stock`] of one shard of a sharded sale (shard 0 is [`Keys::stock`]).
+    pub fn stock_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "stock")
+    }
+
+    /// [`Keys::buyers`] of one shard: the marks of the shoppers of that shard.
+    pub fn buyers_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "buyers")
+    }
+
+    /// [`Keys::orders`] of one shard: the orders of that shard's shoppers.
+    pub fn orders_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "orders")
+    }
+
+    /// [`Keys::returned`] of one shard.
+    pub fn returned_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "returned")
+    }
+
+    /// [`Keys::topups`] of one shard (each shard adds its part of a top-up once).
+    pub fn topups_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "topups")
+    }
+
+    /// [`Keys::outbox`] of one shard.
+    pub fn outbox_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "outbox")
+    }
+
+    /// [`Keys::repair_fence`] of one shard.
+    pub fn repair_fence_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "repair")
+    }
+
+    /// Move ledger of a donor shard: hash transfer id -> "dest:n" of the units it
+    /// gave that the receiver may not have taken yet (units in transit).
+    pub fn given_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "given")
+    }
+
+    /// Move ledger of a donor shard: set of the transfer ids completed (never given again).
+    pub fn moved_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "moved")
+    }
+
+    /// Move ledger of a receiving shard: set of the transfer ids whose units it took.
+    pub fn taken_at(&self, voucher_id: i64, shard: u32) -> String {
+        self.shard(voucher_id, shard, "taken")
+    }
+
+    /// The member of the registry of outboxes ([`Keys::outboxes`]) naming one
+    /// shard's outbox: the voucher id for shard 0, `<id>.<k>` for shard k.
+    pub fn outbox_member(voucher_id: i64, shard: u32) -> String {
+        match shard {
+            0 => voucher_id.to_string(),
+            k => format!("{voucher_id}.{k}"),
+        }
+    }
+
+    /// The outbox stream a registry member names (None if it is not one).
+    pub fn outbox_of_member(&self, member: &str) -> Option<(i64, u32)> {
+        match member.split_once('.') {
+            None => Some((member.parse().ok()?, 0)),
+            Some((id, k)) => Some((id.parse().ok()?, k.parse().ok()?)),
+        }
     }
 
     /// Remaining stock of a flash-sale voucher (an integer).
@@ -158,6 +234,27 @@ impl Keys {
     }
 }
 
+/// The shard of a sale with `shards` shards that serves `user_id`: splitmix64 of the
+/// id, mod `shards`. Fixed forever: a live sale's shoppers must keep their shard
+/// (their one-per-shopper mark and their orders live there).
+pub fn shard_of(user_id: i64, shards: u32) -> u32 {
+    if shards <= 1 {
+        return 0;
+    }
+    let mut z = (user_id as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % shards as u64) as u32
+}
+
+/// How `units` spread over `shards` shards: shard k gets units / shards, plus one
+/// for the first units % shards shards (loading, top-ups, repairs).
+pub fn split(units: i64, shards: u32) -> Vec<i64> {
+    let s = shards.max(1) as i64;
+    (0..s).map(|k| units / s + i64::from(k < units % s)).collect()
+}
+
 /// The consumer group every relay reads outbox streams with.
 pub const RELAY_GROUP: &str = "relay";
 
@@ -172,6 +269,28 @@ mod tests {
             assert!(key.starts_with("ns:{v7}:"), "{key}");
         }
         assert_ne!(k.stock(7), k.stock(70));
+        assert_eq!(k.stock_at(7, 0), k.stock(7));
+        for key in [k.stock_at(7, 3), k.given_at(7, 3), k.taken_at(7, 3), k.outbox_at(7, 3)] {
+            assert!(key.starts_with("ns:{v7.3}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn shards_split_units_and_keep_their_shoppers() {
+        assert_eq!(split(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split(2, 4), vec![1, 1, 0, 0]);
+        assert_eq!(split(7, 1), vec![7]);
+        assert_eq!(shard_of(12345, 1), 0);
+        // Fixed values: changing the mix would move every live sale's shoppers.
+        assert_eq!(shard_of(1, 4), shard_of(1, 4));
+        let mut seen = [0u32; 4];
+        for u in 0..4000 {
+            seen[shard_of(u, 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+        let k = Keys::new("ns");
+        assert_eq!(k.outbox_of_member(&Keys::outbox_member(7, 0)), Some((7, 0)));
+        assert_eq!(k.outbox_of_member(&Keys::outbox_member(7, 5)), Some((7, 5)));
     }
 
     #[test]

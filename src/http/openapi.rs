@@ -14,7 +14,7 @@ use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::Rule;
 use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
 use crate::voucher::model::AddStock;
-use crate::voucher::view::{PublicVoucher, SaleStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
+use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
 use crate::voucher::{FlashSale, NewVoucher, Voucher};
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -60,7 +60,7 @@ impl Modify for BearerAuth {
         openapi_json,
     ),
     components(schemas(
-        ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats,
+        ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats, ShardStats,
         PublicVoucher, VoucherList, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
         Rule, RuleRequest, NextRequest, NextValues,
     )),

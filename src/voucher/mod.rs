@@ -6,6 +6,7 @@ pub mod audit;
 pub mod cache;
 pub mod model;
 pub mod repo;
+pub mod shards;
 pub mod stock;
 pub mod topup;
 pub mod view;
