@@ -215,6 +215,10 @@ impl OrderDesk {
             let mover = self.movers.get(voucher_id, shard);
             let before = mover.moves.load(std::sync::atomic::Ordering::Acquire);
             let _moving = mover.lock.lock().await;
+            if entry.read_sold_out_flag().0 {
+                // A refill found the whole sale sold out while this one waited.
+                return Err(Refusal::SoldOut);
+            }
             if mover.moves.load(std::sync::atomic::Ordering::Acquire) != before {
                 // Another request refilled the shard while this one waited.
                 continue;
