@@ -240,6 +240,7 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     let keys = ns.keys();
     let outboxes: Vec<String> = (0..4).map(|k| keys.outbox_at(v, k)).collect();
     let destroyed = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let before = current_epoch(&app).await;
     let tally = crowd(&app.addr, &app.jwt, v, 1..201, || async {
         // Every key of the deployment goes, slot by slot: each shard's keys in one
         // MULTI with a read of its outbox (the orders in it at that instant are lost
@@ -298,7 +299,8 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     let tally = Tally {
         acknowledged: tally.acknowledged.difference(&destroyed).copied().collect(),
     };
-    current_epoch(&app).await;
+    // Every key went, the epoch marker too: a repair under a new epoch rebuilds the sale.
+    epoch_after(&app, before).await;
     selling_again(&app, v, 9_998).await;
     // Every shard is back, and the shoppers admitted before the loss (whose orders
     // survived) are still known: none gets a second unit.
