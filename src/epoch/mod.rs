@@ -154,7 +154,7 @@ impl EpochGuard {
         let row = read_row(&self.pg, self.namespace()).await?;
         let now = chrono::Utc::now();
         // Every shard's stock key of every live sale.
-        let live: Vec<(i64, u32)> = self
+        let live: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
             .iter()
@@ -165,12 +165,12 @@ impl EpochGuard {
                     .filter(|f| f.end_at > now)
                     .map(|f| (e.voucher.id, f.shards()))
             })
-            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k)))
+            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
             .collect();
         let mut pipe = redis::pipe();
         pipe.get(self.keys.epoch());
-        for (v, k) in &live {
-            pipe.exists(self.keys.stock_at(*v, *k));
+        for (v, k, shards) in &live {
+            pipe.exists(self.keys.stock_at(*v, *k, *shards));
         }
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
         let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();

@@ -29,15 +29,15 @@ impl EpochGuard {
                 .await?;
         let mut conn = self.redis.conn().await?;
         let fenced = |shard: u32, op: &str| {
-            let mut inv = RESTORE.key(k.stock_at(voucher, shard));
-            inv.key(k.buyers_at(voucher, shard))
-                .key(k.orders_at(voucher, shard))
-                .key(k.returned_at(voucher, shard))
-                .key(k.outbox_at(voucher, shard))
-                .key(k.repair_fence_at(voucher, shard))
-                .key(k.given_at(voucher, shard))
-                .key(k.moved_at(voucher, shard))
-                .key(k.taken_at(voucher, shard))
+            let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
+            inv.key(k.buyers_at(voucher, shard, shards))
+                .key(k.orders_at(voucher, shard, shards))
+                .key(k.returned_at(voucher, shard, shards))
+                .key(k.outbox_at(voucher, shard, shards))
+                .key(k.repair_fence_at(voucher, shard, shards))
+                .key(k.given_at(voucher, shard, shards))
+                .key(k.moved_at(voucher, shard, shards))
+                .key(k.taken_at(voucher, shard, shards))
                 .arg(epoch)
                 .arg(op);
             inv
@@ -61,7 +61,7 @@ impl EpochGuard {
         }
         let mut outbox = Vec::new();
         for shard in 0..shards {
-            outbox.extend(read_outbox(&mut conn, &k.outbox_at(voucher, shard)).await?);
+            outbox.extend(read_outbox(&mut conn, &k.outbox_at(voucher, shard, shards)).await?);
         }
         let shard_of = |user: i64| crate::keys::shard_of(user, shards) as usize;
         let stored: HashSet<i64> = orders.iter().map(|o| o.0).collect();

@@ -81,7 +81,7 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .flat_map(|e| {
             let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
             (0..shards)
-                .map(|k| state.keys.outbox_at(e.voucher.id, k))
+                .map(|k| state.keys.outbox_at(e.voucher.id, k, shards))
                 .collect::<Vec<_>>()
         })
         .collect();

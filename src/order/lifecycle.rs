@@ -131,9 +131,9 @@ impl Lifecycle {
         let shard = crate::keys::shard_of(ret.user_id, shards);
         let mut conn = self.redis.conn().await?;
         let r: i64 = RETURN
-            .key(k.stock_at(ret.voucher_id, shard))
-            .key(k.buyers_at(ret.voucher_id, shard))
-            .key(k.returned_at(ret.voucher_id, shard))
+            .key(k.stock_at(ret.voucher_id, shard, shards))
+            .key(k.buyers_at(ret.voucher_id, shard, shards))
+            .key(k.returned_at(ret.voucher_id, shard, shards))
             .arg(ret.order_id)
             .arg(ret.user_id)
             .invoke_async(&mut conn)

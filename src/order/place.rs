@@ -201,7 +201,7 @@ impl OrderDesk {
         let outcome = loop {
             tries += 1;
             let r = self
-                .reserve_at(voucher_id, shard, user_id, order_id, now.timestamp_millis())
+                .reserve_at(voucher_id, shard, shards, user_id, order_id, now.timestamp_millis())
                 .await?;
             if r != Reservation::SoldOut || shards == 1 {
                 break r;
@@ -280,14 +280,16 @@ impl OrderDesk {
         order_id: i64,
         created_ms: i64,
     ) -> anyhow::Result<Reservation> {
-        self.reserve_at(voucher_id, 0, user_id, order_id, created_ms).await
+        self.reserve_at(voucher_id, 0, 1, user_id, order_id, created_ms).await
     }
 
     /// Runs the script once on one shard of the sale.
+    #[allow(clippy::too_many_arguments)]
     pub async fn reserve_at(
         &self,
         voucher_id: i64,
         shard: u32,
+        shards: u32,
         user_id: i64,
         order_id: i64,
         created_ms: i64,
@@ -303,10 +305,10 @@ impl OrderDesk {
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
         let keys = [
-            k.stock_at(voucher_id, shard),
-            k.buyers_at(voucher_id, shard),
-            k.orders_at(voucher_id, shard),
-            k.outbox_at(voucher_id, shard),
+            k.stock_at(voucher_id, shard, shards),
+            k.buyers_at(voucher_id, shard, shards),
+            k.orders_at(voucher_id, shard, shards),
+            k.outbox_at(voucher_id, shard, shards),
         ];
         let args = [user_id, order_id, created_ms, voucher_id];
         let (code, acked) = if r.replicas == 0 {

@@ -44,7 +44,7 @@ impl Lookup {
         };
         let slack = Duration::seconds(2);
         // Every shard of each: the order is in its shopper's, whom the id does not tell.
-        let candidates: Vec<(i64, u32)> = self
+        let candidates: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
             .iter()
@@ -52,21 +52,21 @@ impl Lookup {
                 let f = e.voucher.flash.as_ref()?;
                 (f.begin_at - slack <= made && made <= f.end_at + slack).then_some((e.voucher.id, f.shards()))
             })
-            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k)))
+            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
             .collect();
         if candidates.is_empty() {
             return Ok(None);
         }
         let mut pipe = redis::pipe();
-        for (v, k) in &candidates {
-            pipe.hget(self.keys.orders_at(*v, *k), order_id);
+        for (v, k, shards) in &candidates {
+            pipe.hget(self.keys.orders_at(*v, *k, *shards), order_id);
         }
         let mut conn = self.redis.conn().await?;
         let found: Vec<Option<String>> = pipe
             .query_async(&mut conn)
             .await
             .context("looking up a pending order")?;
-        for ((voucher_id, _), value) in candidates.into_iter().zip(found) {
+        for ((voucher_id, _, _), value) in candidates.into_iter().zip(found) {
             if let Some((user, ms)) = value.as_deref().and_then(parse_accepted) {
                 return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
             }
@@ -85,7 +85,7 @@ impl Lookup {
         let shard = crate::keys::shard_of(user_id, shards);
         let mut conn = self.redis.conn().await?;
         let live: Option<i64> = redis::cmd("HGET")
-            .arg(k.buyers_at(voucher_id, shard))
+            .arg(k.buyers_at(voucher_id, shard, shards))
             .arg(user_id)
             .query_async(&mut conn)
             .await
@@ -95,7 +95,7 @@ impl Lookup {
                 return Ok(Some(o));
             }
             let accepted: Option<String> = redis::cmd("HGET")
-                .arg(k.orders_at(voucher_id, shard))
+                .arg(k.orders_at(voucher_id, shard, shards))
                 .arg(order_id)
                 .query_async(&mut conn)
                 .await

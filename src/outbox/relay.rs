@@ -34,8 +34,8 @@ pub struct Relay {
     registry: std::sync::Mutex<(Option<Instant>, Vec<Outbox>)>,
 }
 
-/// One outbox stream: a voucher and one of its shards.
-type Outbox = (i64, u32);
+/// One outbox stream's key (a voucher's, or one of its shards').
+type Outbox = String;
 
 /// How often the relay re-reads the registry of outboxes.
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);
@@ -142,12 +142,7 @@ impl Relay {
     /// wait for the broker's confirm, then XACK and XDEL them. Returns how many
     /// orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
-        let streams: Vec<String> = self
-            .outboxes()
-            .await
-            .into_iter()
-            .map(|(v, k)| self.keys.outbox_at(v, k))
-            .collect();
+        let streams: Vec<String> = self.outboxes().await;
         if streams.is_empty() {
             return Ok(0);
         }
@@ -281,12 +276,13 @@ impl Relay {
             .flat_map(|e| {
                 let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
                 let id = e.voucher.id;
-                (0..shards).map(move |k| (id, k))
+                (0..shards).map(move |k| (id, k, shards))
             })
+            .map(|(id, k, shards)| self.keys.outbox_at(id, k, shards))
             .collect();
         let stale = {
             let registry = self.registry.lock().expect("registry poisoned");
-            ids.extend(registry.1.iter().copied());
+            ids.extend(registry.1.iter().cloned());
             !registry.0.is_some_and(|at| at.elapsed() < REGISTRY_EVERY)
         };
         if stale {
@@ -303,7 +299,7 @@ impl Relay {
             match read {
                 Ok(listed) => {
                     let listed: Vec<Outbox> = listed.iter().filter_map(|m| self.keys.outbox_of_member(m)).collect();
-                    ids.extend(listed.iter().copied());
+                    ids.extend(listed.iter().cloned());
                     registry.1 = listed;
                 }
                 Err(e) => tracing::debug!(error = %e, "reading the registry of outboxes failed"),

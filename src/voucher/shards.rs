@@ -96,13 +96,13 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
             type Reply = (Option<i64>, HashMap<String, String>, i64, i64, i64, i64);
             let r: Reply = redis::pipe()
                 .atomic()
-                .get(keys.stock_at(voucher, k))
-                .hgetall(keys.given_at(voucher, k))
-                .scard(keys.taken_at(voucher, k))
-                .hlen(keys.orders_at(voucher, k))
-                .scard(keys.returned_at(voucher, k))
+                .get(keys.stock_at(voucher, k, shards))
+                .hgetall(keys.given_at(voucher, k, shards))
+                .scard(keys.taken_at(voucher, k, shards))
+                .hlen(keys.orders_at(voucher, k, shards))
+                .scard(keys.returned_at(voucher, k, shards))
                 .cmd("XLEN")
-                .arg(keys.outbox_at(voucher, k))
+                .arg(keys.outbox_at(voucher, k, shards))
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("reading shard {k} of sale {voucher}"))?;
@@ -138,7 +138,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
     if !snap.pending.is_empty() {
         let mut pipe = redis::pipe();
         for p in &snap.pending {
-            pipe.sismember(keys.taken_at(voucher, p.to), &p.transfer);
+            pipe.sismember(keys.taken_at(voucher, p.to, shards), &p.transfer);
         }
         let taken: Vec<bool> = pipe.query_async(conn).await.context("reading which moves were taken")?;
         for (p, t) in snap.pending.iter_mut().zip(taken) {
@@ -177,16 +177,17 @@ pub async fn give(
     conn: &mut Conn,
     keys: &Keys,
     voucher: i64,
+    shards: u32,
     from: u32,
     to: u32,
     transfer: &str,
     want: i64,
     epoch: i64,
 ) -> Result<i64> {
-    GIVE.key(keys.stock_at(voucher, from))
-        .key(keys.given_at(voucher, from))
-        .key(keys.moved_at(voucher, from))
-        .key(keys.repair_fence_at(voucher, from))
+    GIVE.key(keys.stock_at(voucher, from, shards))
+        .key(keys.given_at(voucher, from, shards))
+        .key(keys.moved_at(voucher, from, shards))
+        .key(keys.repair_fence_at(voucher, from, shards))
         .arg(transfer)
         .arg(to)
         .arg(want)
@@ -197,18 +198,20 @@ pub async fn give(
 }
 
 /// Step 2 on the receiver (see `lua/shard_take.lua`).
+#[allow(clippy::too_many_arguments)]
 pub async fn take(
     conn: &mut Conn,
     keys: &Keys,
     voucher: i64,
+    shards: u32,
     to: u32,
     transfer: &str,
     units: i64,
     epoch: i64,
 ) -> Result<i64> {
-    TAKE.key(keys.stock_at(voucher, to))
-        .key(keys.taken_at(voucher, to))
-        .key(keys.repair_fence_at(voucher, to))
+    TAKE.key(keys.stock_at(voucher, to, shards))
+        .key(keys.taken_at(voucher, to, shards))
+        .key(keys.repair_fence_at(voucher, to, shards))
         .arg(transfer)
         .arg(units)
         .arg(epoch)
@@ -218,10 +221,10 @@ pub async fn take(
 }
 
 /// Step 3 on the donor (see `lua/shard_done.lua`).
-pub async fn done(conn: &mut Conn, keys: &Keys, voucher: i64, from: u32, transfer: &str) -> Result<()> {
+pub async fn done(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, from: u32, transfer: &str) -> Result<()> {
     let _: i64 = DONE
-        .key(keys.given_at(voucher, from))
-        .key(keys.moved_at(voucher, from))
+        .key(keys.given_at(voucher, from, shards))
+        .key(keys.moved_at(voucher, from, shards))
         .arg(transfer)
         .invoke_async(conn)
         .await
@@ -231,15 +234,22 @@ pub async fn done(conn: &mut Conn, keys: &Keys, voucher: i64, from: u32, transfe
 
 /// Takes and closes `pending` moves. Returns how many it closed; an entry whose
 /// receiver refuses (a repair rewrote it, or lost its stock) stays for the repair.
-pub async fn settle(conn: &mut Conn, keys: &Keys, voucher: i64, epoch: i64, pending: &[Pending]) -> Result<usize> {
+pub async fn settle(
+    conn: &mut Conn,
+    keys: &Keys,
+    voucher: i64,
+    shards: u32,
+    epoch: i64,
+    pending: &[Pending],
+) -> Result<usize> {
     let mut closed = 0;
     for p in pending {
-        let r = take(conn, keys, voucher, p.to, &p.transfer, p.units, epoch).await?;
+        let r = take(conn, keys, voucher, shards, p.to, &p.transfer, p.units, epoch).await?;
         if r < 0 {
             tracing::warn!(voucher, transfer = %p.transfer, code = r, "a move cannot be taken; left for the repair");
             continue;
         }
-        done(conn, keys, voucher, p.from, &p.transfer).await?;
+        done(conn, keys, voucher, shards, p.from, &p.transfer).await?;
         closed += 1;
     }
     Ok(closed)
@@ -258,7 +268,7 @@ pub async fn recover(redis: &Redis, keys: &Keys, voucher: i64, shards: u32) -> R
     if snap.pending.is_empty() {
         return Ok(0);
     }
-    let n = settle(&mut conn, keys, voucher, epoch, &snap.pending).await?;
+    let n = settle(&mut conn, keys, voucher, shards, epoch, &snap.pending).await?;
     if n > 0 {
         tracing::info!(voucher, moves = n, "completed moves left in transit");
     }
@@ -290,7 +300,7 @@ pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u
         return Ok(Refill::NotLoaded);
     };
     if !snap.pending.is_empty() {
-        settle(&mut conn, keys, voucher, epoch, &snap.pending).await?;
+        settle(&mut conn, keys, voucher, shards, epoch, &snap.pending).await?;
         return Ok(Refill::Retry);
     }
     if stocks.get(to as usize).is_some_and(|&s| s > 0) {
@@ -310,7 +320,7 @@ pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u
     let from = from as u32;
     let transfer = uuid::Uuid::new_v4().to_string();
     let want = (richest / 2).max(1);
-    let given = give(&mut conn, keys, voucher, from, to, &transfer, want, epoch).await?;
+    let given = give(&mut conn, keys, voucher, shards, from, to, &transfer, want, epoch).await?;
     match given {
         -2 => return Ok(Refill::Unverified),
         -3 => return Ok(Refill::NotLoaded),
@@ -319,12 +329,12 @@ pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u
         n if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
         _ => {}
     }
-    match take(&mut conn, keys, voucher, to, &transfer, given, epoch).await? {
+    match take(&mut conn, keys, voucher, shards, to, &transfer, given, epoch).await? {
         -2 => return Ok(Refill::Unverified),
         -3 => return Ok(Refill::NotLoaded),
         _ => {}
     }
-    done(&mut conn, keys, voucher, from, &transfer).await?;
+    done(&mut conn, keys, voucher, shards, from, &transfer).await?;
     tracing::debug!(voucher, from, to, units = given, "moved units between shards");
     Ok(Refill::Retry)
 }

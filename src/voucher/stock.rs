@@ -17,8 +17,8 @@ pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32, shard
     for (k, part) in crate::keys::split(stock as i64, shards).into_iter().enumerate() {
         let k = k as u32;
         let loaded: i64 = LOAD
-            .key(keys.stock_at(voucher_id, k))
-            .key(keys.outbox_at(voucher_id, k))
+            .key(keys.stock_at(voucher_id, k, shards))
+            .key(keys.outbox_at(voucher_id, k, shards))
             .arg(part)
             .arg(RELAY_GROUP)
             .invoke_async(&mut conn)
@@ -34,7 +34,9 @@ pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32, shard
 /// slot, so not in the load script: on Redis Cluster a script keeps to one slot).
 pub async fn register_outbox(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<()> {
     let mut conn = redis.conn().await?;
-    let members: Vec<String> = (0..shards.max(1)).map(|k| Keys::outbox_member(voucher_id, k)).collect();
+    let members: Vec<String> = (0..shards.max(1))
+        .map(|k| Keys::outbox_member(voucher_id, k, shards))
+        .collect();
     let _: i64 = redis::cmd("SADD")
         .arg(keys.outboxes())
         .arg(members)
@@ -61,8 +63,8 @@ pub async fn stats(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> 
     let mut conn = redis.conn().await?;
     let mut pipe = redis::pipe();
     for k in 0..shards.max(1) {
-        pipe.get(keys.stock_at(voucher_id, k))
-            .hlen(keys.orders_at(voucher_id, k));
+        pipe.get(keys.stock_at(voucher_id, k, shards))
+            .hlen(keys.orders_at(voucher_id, k, shards));
     }
     let reply: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading voucher stats")?;
     let shards: Vec<Option<i64>> = reply.iter().step_by(2).copied().collect();

@@ -97,9 +97,9 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
         }
         let k = k as u32;
         let one: i64 = TOPUP
-            .key(keys.stock_at(t.voucher_id, k))
-            .key(keys.topups_at(t.voucher_id, k))
-            .key(keys.repair_fence_at(t.voucher_id, k))
+            .key(keys.stock_at(t.voucher_id, k, shards))
+            .key(keys.topups_at(t.voucher_id, k, shards))
+            .key(keys.repair_fence_at(t.voucher_id, k, shards))
             .arg(t.id)
             .arg(part)
             .arg(epoch)

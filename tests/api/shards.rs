@@ -180,12 +180,12 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     let redis = app.app().state().redis.clone();
     let (mut conn, epoch) = redis.verified().await.unwrap().expect("verified");
     // A process gives 5 units from shard 1 to shard 0, then dies.
-    let given = shards::give(&mut conn, &keys, v, 1, 0, "crashed-move", 5, epoch)
+    let given = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
         .await
         .unwrap();
     assert_eq!(given, 5);
     // Retried with the same id (a timeout): nothing more leaves the shard.
-    let again = shards::give(&mut conn, &keys, v, 1, 0, "crashed-move", 5, epoch)
+    let again = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
         .await
         .unwrap();
     assert_eq!(again, 5, "the same give, reported again");
@@ -212,11 +212,11 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     assert_eq!(done["balanced"], true, "{done:#}");
     assert_eq!(shard_stocks(&app, v).await, vec![15, 5, 10, 10]);
     // Replays add and give nothing.
-    let retaken = shards::take(&mut conn, &keys, v, 0, "crashed-move", 5, epoch)
+    let retaken = shards::take(&mut conn, &keys, v, 4, 0, "crashed-move", 5, epoch)
         .await
         .unwrap();
     assert_eq!(retaken, 0);
-    let regiven = shards::give(&mut conn, &keys, v, 1, 0, "crashed-move", 5, epoch)
+    let regiven = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
         .await
         .unwrap();
     assert_eq!(regiven, 0);
@@ -238,7 +238,7 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     let v = app.sharded_sale(stock, 4).await;
     let pattern = format!("{}:*", ns.name);
     let keys = ns.keys();
-    let outboxes: Vec<String> = (0..4).map(|k| keys.outbox_at(v, k)).collect();
+    let outboxes: Vec<String> = (0..4).map(|k| keys.outbox_at(v, k, 4)).collect();
     let destroyed = Arc::new(std::sync::Mutex::new(HashSet::new()));
     let before = current_epoch(&app).await;
     let tally = crowd(&app.addr, &app.jwt, v, 1..201, || async {

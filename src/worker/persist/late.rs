@@ -55,9 +55,9 @@ pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<Has
         // The order's shard: its shopper's, as reserve.lua admitted it.
         let shard = crate::keys::shard_of(o.user_id, n);
         let ok: i64 = LATE_ADMIT
-            .key(k.stock_at(o.voucher_id, shard))
-            .key(k.buyers_at(o.voucher_id, shard))
-            .key(k.orders_at(o.voucher_id, shard))
+            .key(k.stock_at(o.voucher_id, shard, n))
+            .key(k.buyers_at(o.voucher_id, shard, n))
+            .key(k.orders_at(o.voucher_id, shard, n))
             .arg(o.user_id)
             .arg(o.id)
             .arg(o.created_ms)
