@@ -1,11 +1,15 @@
--- sale_restore.lua: rewrite one flash sale's Redis state during a repair, fenced.
+-- sale_restore.lua: rewrite one flash sale's Redis state (one shard of it) during a
+-- repair, fenced.
 --
 -- KEYS[1] stock  KEYS[2] buyers  KEYS[3] orders  KEYS[4] returned  KEYS[5] outbox
--- KEYS[6] fence: the epoch of the newest repair that wrote this sale
+-- KEYS[6] fence: the epoch of the newest repair that wrote this shard
+-- KEYS[7] given  KEYS[8] moved  KEYS[9] taken: the shard's move ledgers
 -- ARGV[1] epoch of this repair   ARGV[2] op: 'reset' | 'fill' | 'open'
---   reset:                      refuse an older epoch, take the fence, drop the sale's
---                               state (with the stock key gone, reserve.lua admits
---                               nothing until 'open'; the outbox stays, to be read)
+--   reset:                      refuse an older epoch, take the fence, drop the shard's
+--                               state and move ledgers (with the stock key gone,
+--                               reserve.lua admits nothing until 'open'; the outbox
+--                               stays, to be read; units in transit are counted again
+--                               from Postgres)
 --   fill  n_buyers, user, order, ..., n_orders, order, value, ..., n_returned, order, ...
 --   open  stock, group:         set the stock (re-opens the sale), make the group exist
 --
@@ -13,7 +17,7 @@
 --
 -- Why a script and a fence: a repairer that lost its Postgres session (and so its
 -- advisory lock) may still be running; every write it makes checks, in the same step,
--- that no newer repair has started on this sale. All keys share the voucher's hash tag.
+-- that no newer repair has started on this sale. All keys share the shard's hash tag.
 local epoch = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[6]) or '0')
 local op = ARGV[2]
@@ -22,7 +26,7 @@ if op == 'reset' then
     return 0
   end
   redis.call('SET', KEYS[6], epoch)
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], KEYS[9])
   return 1
 end
 if fence ~= epoch then

@@ -81,6 +81,10 @@ pub struct Settings {
     pub user_lock_wait: Duration,
     /// How often the running sales' books are audited (`seckill_sales_unbalanced`).
     pub audit_interval: Duration,
+    /// How often every API instance completes the moves between a sharded sale's
+    /// shards that a process left in transit (`SECKILL_SHARD_RECOVERY_MS`, default
+    /// 1 s; 0: never, for tests that need a move to stay in transit).
+    pub shard_recovery_interval: Option<Duration>,
     /// How far this process's clock may be from Postgres's before orders get 503
     /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
     pub max_clock_skew: Option<Duration>,
@@ -142,6 +146,10 @@ impl Settings {
             lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
             user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),
             audit_interval: Duration::from_millis(num(&var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?),
+            shard_recovery_interval: match num(&var, "SECKILL_SHARD_RECOVERY_MS", 1000, 0, 3_600_000)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
             max_clock_skew: match num(&var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)? {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),

@@ -1,7 +1,9 @@
 //! Every Redis key and RabbitMQ name, under the deployment's namespace.
 //!
-//! All keys of one voucher share the hash tag `{v<id>}` so that the order script,
-//! which touches several of them, runs unchanged on Redis Cluster.
+//! All keys of one shard of a voucher share one hash tag so that the order script,
+//! which touches several of them, runs unchanged on Redis Cluster: shard 0 (every
+//! sale with `stock_shards` 1) uses `{v<id>}`, shard k >= 1 `{v<id>.<k>.<salt>}`
+//! ([`shard_tag`]).
 
 /// The Redis Cluster hash slot of a key: CRC16 (XMODEM) of its hash tag (the part
 /// between the first `{` and the next `}`, if not empty) or of the whole key, mod 16384.
@@ -32,7 +34,82 @@ impl Keys {
     }
 
     fn voucher(&self, id: i64, what: &str) -> String {
-        format!("{}:{{v{}}}:{}", self.ns, id, what)
+        self.shard(id, 0, 1, what)
+    }
+
+    fn shard(&self, id: i64, shard: u32, shards: u32, what: &str) -> String {
+        format!("{}:{{{}}}:{}", self.ns, shard_tag(id, shard, shards), what)
+    }
+
+    /// [`Keys::stock`] of one shard of a sharded sale (shard 0 is [`Keys::stock`]).
+    pub fn stock_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "stock")
+    }
+
+    /// [`Keys::buyers`] of one shard: the marks of the shoppers of that shard.
+    pub fn buyers_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "buyers")
+    }
+
+    /// [`Keys::orders`] of one shard: the orders of that shard's shoppers.
+    pub fn orders_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "orders")
+    }
+
+    /// [`Keys::returned`] of one shard.
+    pub fn returned_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "returned")
+    }
+
+    /// [`Keys::topups`] of one shard (each shard adds its part of a top-up once).
+    pub fn topups_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "topups")
+    }
+
+    /// [`Keys::outbox`] of one shard.
+    pub fn outbox_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "outbox")
+    }
+
+    /// [`Keys::repair_fence`] of one shard.
+    pub fn repair_fence_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "repair")
+    }
+
+    /// Move ledger of a donor shard: hash transfer id -> "dest:n" of the units it
+    /// gave that the receiver may not have taken yet (units in transit).
+    pub fn given_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "given")
+    }
+
+    /// Move ledger of a donor shard: set of the transfer ids completed (never given again).
+    pub fn moved_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "moved")
+    }
+
+    /// Move ledger of a receiving shard: set of the transfer ids whose units it took.
+    pub fn taken_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "taken")
+    }
+
+    /// The member of the registry of outboxes ([`Keys::outboxes`]) naming one
+    /// shard's outbox: the voucher id for shard 0, `<id>.<k>.<shards>` for shard k.
+    pub fn outbox_member(voucher_id: i64, shard: u32, shards: u32) -> String {
+        match shard {
+            0 => voucher_id.to_string(),
+            k => format!("{voucher_id}.{k}.{shards}"),
+        }
+    }
+
+    /// The outbox stream a registry member names (None if it is not one).
+    pub fn outbox_of_member(&self, member: &str) -> Option<String> {
+        let mut parts = member.split('.');
+        let id: i64 = parts.next()?.parse().ok()?;
+        match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => Some(self.outbox(id)),
+            (Some(k), Some(shards), None) => Some(self.outbox_at(id, k.parse().ok()?, shards.parse().ok()?)),
+            _ => None,
+        }
     }
 
     /// Remaining stock of a flash-sale voucher (an integer).
@@ -158,6 +235,62 @@ impl Keys {
     }
 }
 
+/// The hash tag of shard `shard` of a sale of `shards` shards: `v<id>` for shard 0
+/// (a sale of one shard keeps the keys it always had), `v<id>.<k>.<salt>` for shard
+/// k >= 1, with the smallest salt that puts the tag's slot in the k-th part after
+/// shard 0's of the slot space cut into `shards` equal parts. So the shards sit in
+/// distinct, evenly spaced parts of the slot space, and a cluster whose masters own
+/// equal contiguous ranges (as `redis-cli --cluster create` makes them) serves
+/// `shards / masters` of them each, whatever the sale's id. A pure function of the
+/// three numbers: fixed for the life of a sale. Memoised (a search costs about
+/// `shards` CRC16s of a short string).
+pub fn shard_tag(id: i64, shard: u32, shards: u32) -> std::sync::Arc<str> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, RwLock};
+    /// (voucher, shard, shards) -> tag.
+    type Memo = HashMap<(i64, u32, u32), Arc<str>>;
+    static TAGS: LazyLock<RwLock<Memo>> = LazyLock::new(Default::default);
+    let base = format!("v{id}");
+    if shard == 0 || shards <= 1 {
+        return base.into();
+    }
+    if let Some(t) = TAGS.read().expect("tags poisoned").get(&(id, shard, shards)) {
+        return t.clone();
+    }
+    let part = |tag: &str| crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) as u32 % 16384 * shards / 16384;
+    let want = (part(&base) + shard) % shards;
+    let tag: Arc<str> = (0..1_000_000u32)
+        .map(|salt| format!("{base}.{shard}.{salt}"))
+        .find(|t| part(t) == want)
+        .unwrap_or_else(|| format!("{base}.{shard}"))
+        .into();
+    TAGS.write()
+        .expect("tags poisoned")
+        .insert((id, shard, shards), tag.clone());
+    tag
+}
+
+/// The shard of a sale with `shards` shards that serves `user_id`: splitmix64 of the
+/// id, mod `shards`. Fixed forever: a live sale's shoppers must keep their shard
+/// (their one-per-shopper mark and their orders live there).
+pub fn shard_of(user_id: i64, shards: u32) -> u32 {
+    if shards <= 1 {
+        return 0;
+    }
+    let mut z = (user_id as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % shards as u64) as u32
+}
+
+/// How `units` spread over `shards` shards: shard k gets units / shards, plus one
+/// for the first units % shards shards (loading, top-ups, repairs).
+pub fn split(units: i64, shards: u32) -> Vec<i64> {
+    let s = shards.max(1) as i64;
+    (0..s).map(|k| units / s + i64::from(k < units % s)).collect()
+}
+
 /// The consumer group every relay reads outbox streams with.
 pub const RELAY_GROUP: &str = "relay";
 
@@ -172,6 +305,59 @@ mod tests {
             assert!(key.starts_with("ns:{v7}:"), "{key}");
         }
         assert_ne!(k.stock(7), k.stock(70));
+        assert_eq!(k.stock_at(7, 0, 4), k.stock(7));
+        let tag = shard_tag(7, 3, 4);
+        assert!(tag.starts_with("v7.3."), "{tag}");
+        for key in [
+            k.stock_at(7, 3, 4),
+            k.given_at(7, 3, 4),
+            k.taken_at(7, 3, 4),
+            k.outbox_at(7, 3, 4),
+        ] {
+            assert!(key.starts_with(&format!("ns:{{{tag}}}:")), "{key}");
+        }
+    }
+
+    #[test]
+    fn shards_split_units_and_keep_their_shoppers() {
+        assert_eq!(split(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split(2, 4), vec![1, 1, 0, 0]);
+        assert_eq!(split(7, 1), vec![7]);
+        assert_eq!(shard_of(12345, 1), 0);
+        // Fixed values: changing the mix would move every live sale's shoppers.
+        assert_eq!(shard_of(1, 4), shard_of(1, 4));
+        let mut seen = [0u32; 4];
+        for u in 0..4000 {
+            seen[shard_of(u, 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+        let k = Keys::new("ns");
+        assert_eq!(k.outbox_of_member(&Keys::outbox_member(7, 0, 6)), Some(k.outbox(7)));
+        assert_eq!(
+            k.outbox_of_member(&Keys::outbox_member(7, 5, 6)),
+            Some(k.outbox_at(7, 5, 6))
+        );
+        assert_eq!(k.outbox_of_member("7.x"), None);
+    }
+
+    #[test]
+    fn shards_sit_in_distinct_evenly_spaced_parts_of_the_slot_space() {
+        for id in [1_i64, 2, 77, 123_456_789] {
+            for shards in [2_u32, 3, 6, 64] {
+                let parts: std::collections::HashSet<u32> = (0..shards)
+                    .map(|k| slot(format!("{{{}}}", shard_tag(id, k, shards)).as_bytes()) as u32 * shards / 16384)
+                    .collect();
+                assert_eq!(parts.len(), shards as usize, "id {id}, {shards} shards");
+            }
+        }
+        // Six shards over three masters owning equal thirds: two each.
+        let masters = |s: u16| (s as u32 * 3 / 16384) as usize;
+        let mut per = [0; 3];
+        for k in 0..6 {
+            per[masters(slot(format!("{{{}}}", shard_tag(1, k, 6)).as_bytes()))] += 1;
+        }
+        assert_eq!(per, [2, 2, 2]);
+        assert_eq!(shard_tag(9, 2, 6), shard_tag(9, 2, 6));
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! distinct shopper at a fixed concurrency, prints requests/s and latency
 //! percentiles per outcome, waits until every accepted order is persisted, checks
 //! the invariants (accepted = min(stock, shoppers), persisted = accepted, Redis
-//! stock = stock - accepted) and counts the Redis commands the run cost.
+//! stock = stock - accepted) and counts the Redis commands the run cost. On a Redis
+//! Cluster (`SECKILL_REDIS_CLUSTER=true`) it also prints each master's share of the
+//! script calls (`INFO commandstats` of every master, before and after): with
+//! `--stock-shards` above 1 one sale's orders spread over the masters.
 use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use hdrhistogram::Histogram;
@@ -33,6 +36,9 @@ pub struct Args {
     /// How long to wait for every accepted order to be persisted.
     #[arg(long, default_value_t = 120)]
     pub drain_timeout_secs: u64,
+    /// `stock_shards` of the voucher the run creates (1-64).
+    #[arg(long, default_value_t = 1)]
+    pub stock_shards: u32,
 }
 
 type Hist = Histogram<u64>;
@@ -51,6 +57,7 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
         .bearer_auth(&admin)
         .json(&json!({
             "shop_id": "1", "title": "bench", "pay_value": 100, "actual_value": 1000, "stock": args.stock,
+            "stock_shards": args.stock_shards,
             "begin_at": (now - chrono::Duration::seconds(1)).to_rfc3339(),
             "end_at": (now + chrono::Duration::hours(1)).to_rfc3339(),
         }))
@@ -71,6 +78,7 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
             .collect(),
     );
     let redis_before = command_stats(settings).await.ok();
+    let masters_before = master_script_calls(settings).await.ok();
 
     let next = Arc::new(AtomicUsize::new(0));
     let url = Arc::new(format!("{base}/api/v1/vouchers/{voucher}/orders"));
@@ -126,8 +134,8 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
     let elapsed = started.elapsed();
     let total: u64 = hists.values().map(|h| h.len()).sum();
     println!(
-        "voucher {voucher}: stock {}, {} shoppers, concurrency {}",
-        args.stock, args.shoppers, args.concurrency
+        "voucher {voucher}: stock {}, stock_shards {}, {} shoppers, concurrency {}",
+        args.stock, args.stock_shards, args.shoppers, args.concurrency
     );
     println!(
         "{total} requests in {:.3}s = {:.0} requests/s",
@@ -176,6 +184,9 @@ pub async fn run(args: Args, settings: &Settings) -> Result<()> {
     if let (Some(before), Ok(after)) = (redis_before, command_stats(settings).await) {
         print_redis_cost(&before, &after, accepted);
     }
+    if let (Some(before), Ok(after)) = (masters_before, master_script_calls(settings).await) {
+        print_master_shares(&before, &after);
+    }
 
     let expected = args.stock.min(args.shoppers) as u64;
     let persisted = stats["orders_persisted"].as_u64().unwrap_or(0);
@@ -216,6 +227,47 @@ pub fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
             Some((name.to_owned(), calls))
         })
         .collect()
+}
+
+/// Script calls (EVALSHA + EVAL) so far on each master of a Redis Cluster, by
+/// address; fails on a single node (there the one server runs them all).
+async fn master_script_calls(settings: &Settings) -> Result<BTreeMap<String, u64>> {
+    if !settings.redis_cluster {
+        bail!("not a cluster");
+    }
+    let mut out = BTreeMap::new();
+    for url in settings.redis_url.expose().split(',') {
+        let client = redis::Client::open(url.trim())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let role: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
+        if !role.lines().any(|l| l.trim() == "role:master") {
+            continue;
+        }
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+        let stats = parse_command_stats(&info);
+        let calls = ["evalsha", "eval"].iter().filter_map(|c| stats.get(*c)).sum();
+        out.insert(url.trim().to_owned(), calls);
+    }
+    Ok(out)
+}
+
+/// Each master's share of the script calls made during the run.
+fn print_master_shares(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) {
+    let delta: BTreeMap<&str, u64> = after
+        .iter()
+        .map(|(m, n)| (m.as_str(), n - before.get(m).copied().unwrap_or(0)))
+        .collect();
+    let total: u64 = delta.values().sum();
+    for (m, n) in &delta {
+        println!(
+            "master {m}: {n} script calls, {:.1}% of {total}",
+            if total > 0 {
+                *n as f64 * 100.0 / total as f64
+            } else {
+                0.0
+            }
+        );
+    }
 }
 
 /// Commands issued by clients, and those run inside scripts, per accepted order.

@@ -189,6 +189,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         clock: opts.clock.clone(),
         clock_skew: clock_skew.clone(),
         metrics: metrics.clone(),
+        movers: Default::default(),
     };
     let lookup = crate::order::status::Lookup {
         pg: pg.clone(),

@@ -155,6 +155,20 @@ pub fn spawn_all(
             every: state.settings.audit_interval,
         };
         tasks.spawn("audit", watch.run(stop.clone()));
+        // Completes the moves between a sharded sale's shards that a process left
+        // in transit (see voucher::shards).
+        if let Some(every) = state.settings.shard_recovery_interval {
+            tasks.spawn(
+                "shard moves",
+                crate::voucher::shards::run_recovery(
+                    state.redis.clone(),
+                    state.keys.clone(),
+                    state.cache.clone(),
+                    every,
+                    stop.clone(),
+                ),
+            );
+        }
     }
     if let Some(w) = &worker {
         let (w, worker_stop) = (w.clone(), stop.clone());

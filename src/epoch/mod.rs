@@ -153,17 +153,24 @@ impl EpochGuard {
         let mut conn = self.redis.conn().await?;
         let row = read_row(&self.pg, self.namespace()).await?;
         let now = chrono::Utc::now();
-        let live: Vec<i64> = self
+        // Every shard's stock key of every live sale.
+        let live: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
             .iter()
-            .filter(|e| e.voucher.flash.as_ref().is_some_and(|f| f.end_at > now))
-            .map(|e| e.voucher.id)
+            .filter_map(|e| {
+                e.voucher
+                    .flash
+                    .as_ref()
+                    .filter(|f| f.end_at > now)
+                    .map(|f| (e.voucher.id, f.shards()))
+            })
+            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
             .collect();
         let mut pipe = redis::pipe();
         pipe.get(self.keys.epoch());
-        for v in &live {
-            pipe.exists(self.keys.stock(*v));
+        for (v, k, shards) in &live {
+            pipe.exists(self.keys.stock_at(*v, *k, *shards));
         }
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
         let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();

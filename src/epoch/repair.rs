@@ -83,15 +83,17 @@ impl EpochGuard {
             bail!("another repair took epoch {now} while this one ({epoch}) waited");
         }
         // Locked in id order (as the worker does): cancellations wait too.
-        let stocks: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
+        let stocks: Vec<(i64, i32, i32)> = sqlx::query_as(
+            "SELECT voucher_id, stock, stock_shards FROM seckill_vouchers
+              WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
         )
         .bind(&sales)
         .fetch_all(&mut *tx)
         .await?;
         let mut rebuilt = 0usize;
-        for (voucher, pg_stock) in &stocks {
-            self.restore_sale(&mut tx, epoch, *voucher, *pg_stock).await?;
+        for (voucher, pg_stock, shards) in &stocks {
+            self.restore_sale(&mut tx, epoch, *voucher, *pg_stock, (*shards).max(1) as u32)
+                .await?;
             rebuilt += 1;
         }
         // Postgres's stock already counts pending returns: Redis must not add them again.
@@ -123,7 +125,7 @@ impl EpochGuard {
         }));
         self.metrics.redis_repairs.inc();
         self.metrics.redis_repairing.set(0);
-        for (voucher, _) in &stocks {
+        for (voucher, _, _) in &stocks {
             // Every instance forgets its sold-out flags.
             let _ = stock::publish(&self.redis, &self.keys, Event::Stock(*voucher)).await;
         }

@@ -9,13 +9,17 @@ use std::sync::LazyLock;
 static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sale_restore.lua")));
 
 impl EpochGuard {
-    /// Rewrites one sale from Postgres and its outbox stream, fenced by `epoch`.
+    /// Rewrites one sale, every shard of it, from Postgres and its outbox streams,
+    /// fenced by `epoch`: remaining stock = Postgres's stock − orders still in an
+    /// outbox, spread over the shards as at load; each order's shopper mark and index
+    /// entry in its shopper's shard; the move ledgers cleared.
     pub(super) async fn restore_sale(
         &self,
         tx: &mut sqlx::PgConnection,
         epoch: i64,
         voucher: i64,
         pg_stock: i32,
+        shards: u32,
     ) -> Result<()> {
         let k = &self.keys;
         let orders: Vec<(i64, i64, chrono::DateTime<chrono::Utc>, String)> =
@@ -24,13 +28,16 @@ impl EpochGuard {
                 .fetch_all(&mut *tx)
                 .await?;
         let mut conn = self.redis.conn().await?;
-        let fenced = |op: &str| {
-            let mut inv = RESTORE.key(k.stock(voucher));
-            inv.key(k.buyers(voucher))
-                .key(k.orders(voucher))
-                .key(k.returned(voucher))
-                .key(k.outbox(voucher))
-                .key(k.repair_fence(voucher))
+        let fenced = |shard: u32, op: &str| {
+            let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
+            inv.key(k.buyers_at(voucher, shard, shards))
+                .key(k.orders_at(voucher, shard, shards))
+                .key(k.returned_at(voucher, shard, shards))
+                .key(k.outbox_at(voucher, shard, shards))
+                .key(k.repair_fence_at(voucher, shard, shards))
+                .key(k.given_at(voucher, shard, shards))
+                .key(k.moved_at(voucher, shard, shards))
+                .key(k.taken_at(voucher, shard, shards))
                 .arg(epoch)
                 .arg(op);
             inv
@@ -41,26 +48,34 @@ impl EpochGuard {
             }
             Ok(())
         };
-        // First close the sale (its stock key goes): an instance that has not noticed
-        // the repair yet can admit nothing more, so the outbox read next is complete.
-        check(
-            fenced("reset")
-                .invoke_async(&mut conn)
-                .await
-                .context("sale_restore.lua reset")?,
-        )?;
-        let outbox = read_outbox(&mut conn, &k.outbox(voucher)).await?;
+        // First close every shard (its stock key goes): an instance that has not
+        // noticed the repair yet can admit nothing more, so the outboxes read next
+        // are complete, and no move can give or take.
+        for shard in 0..shards {
+            check(
+                fenced(shard, "reset")
+                    .invoke_async(&mut conn)
+                    .await
+                    .context("sale_restore.lua reset")?,
+            )?;
+        }
+        let mut outbox = Vec::new();
+        for shard in 0..shards {
+            outbox.extend(read_outbox(&mut conn, &k.outbox_at(voucher, shard, shards)).await?);
+        }
+        let shard_of = |user: i64| crate::keys::shard_of(user, shards) as usize;
         let stored: HashSet<i64> = orders.iter().map(|o| o.0).collect();
-        let mut buyers: HashMap<i64, i64> = HashMap::new();
-        let mut index: Vec<(i64, String)> = Vec::with_capacity(orders.len() + outbox.len());
-        let mut returned = Vec::new();
+        let mut buyers: Vec<HashMap<i64, i64>> = vec![HashMap::new(); shards as usize];
+        let mut index: Vec<Vec<(i64, String)>> = vec![Vec::new(); shards as usize];
+        let mut returned: Vec<Vec<i64>> = vec![Vec::new(); shards as usize];
         for (id, user, at, status) in &orders {
-            index.push((*id, format!("{user}:{}", at.timestamp_millis())));
+            let s = shard_of(*user);
+            index[s].push((*id, format!("{user}:{}", at.timestamp_millis())));
             match status.as_str() {
                 "created" | "paid" => {
-                    buyers.insert(*user, *id);
+                    buyers[s].insert(*user, *id);
                 }
-                "cancelled" => returned.push(*id),
+                "cancelled" => returned[s].push(*id),
                 _ => {}
             }
         }
@@ -69,8 +84,9 @@ impl EpochGuard {
             if !in_flight.insert(o.id) {
                 continue;
             }
-            index.push((o.id, format!("{}:{}", o.user_id, o.created_ms)));
-            if let Some(other) = buyers.insert(o.user_id, o.id) {
+            let s = shard_of(o.user_id);
+            index[s].push((o.id, format!("{}:{}", o.user_id, o.created_ms)));
+            if let Some(other) = buyers[s].insert(o.user_id, o.id) {
                 tracing::error!(
                     voucher,
                     user_id = o.user_id,
@@ -90,35 +106,42 @@ impl EpochGuard {
             );
             stock_left = 0;
         }
-        let buyers: Vec<(i64, i64)> = buyers.into_iter().collect();
-        const CHUNK: usize = 2000;
-        let rounds = buyers.len().max(index.len()).max(returned.len()).div_ceil(CHUNK);
-        for r in 0..rounds {
-            let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
-            let mut inv = fenced("fill");
-            let b = &buyers[part(buyers.len())];
-            inv.arg(b.len());
-            for (user, id) in b {
-                inv.arg(user).arg(id);
+        for shard in 0..shards {
+            let s = shard as usize;
+            let buyers: Vec<(i64, i64)> = buyers[s].iter().map(|(u, o)| (*u, *o)).collect();
+            let (index, returned) = (&index[s], &returned[s]);
+            const CHUNK: usize = 2000;
+            let rounds = buyers.len().max(index.len()).max(returned.len()).div_ceil(CHUNK);
+            for r in 0..rounds {
+                let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
+                let mut inv = fenced(shard, "fill");
+                let b = &buyers[part(buyers.len())];
+                inv.arg(b.len());
+                for (user, id) in b {
+                    inv.arg(user).arg(id);
+                }
+                let o = &index[part(index.len())];
+                inv.arg(o.len());
+                for (id, v) in o {
+                    inv.arg(id).arg(v);
+                }
+                let ret = &returned[part(returned.len())];
+                inv.arg(ret.len());
+                for id in ret {
+                    inv.arg(id);
+                }
+                check(inv.invoke_async(&mut conn).await.context("sale_restore.lua fill")?)?;
             }
-            let o = &index[part(index.len())];
-            inv.arg(o.len());
-            for (id, v) in o {
-                inv.arg(id).arg(v);
-            }
-            let ret = &returned[part(returned.len())];
-            inv.arg(ret.len());
-            for id in ret {
-                inv.arg(id);
-            }
-            check(inv.invoke_async(&mut conn).await.context("sale_restore.lua fill")?)?;
         }
-        let mut open = fenced("open");
-        open.arg(stock_left).arg(RELAY_GROUP);
-        check(open.invoke_async(&mut conn).await.context("sale_restore.lua open")?)?;
-        crate::voucher::stock::register_outbox(&self.redis, k, voucher).await?;
+        for (shard, part) in crate::keys::split(stock_left, shards).into_iter().enumerate() {
+            let mut open = fenced(shard as u32, "open");
+            open.arg(part).arg(RELAY_GROUP);
+            check(open.invoke_async(&mut conn).await.context("sale_restore.lua open")?)?;
+        }
+        crate::voucher::stock::register_outbox(&self.redis, k, voucher, shards).await?;
         tracing::warn!(
             voucher,
+            shards,
             stock_left,
             persisted = orders.len(),
             in_outbox = in_flight.len(),

@@ -78,7 +78,12 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .cache
         .flash_sales()
         .iter()
-        .map(|e| state.keys.outbox(e.voucher.id))
+        .flat_map(|e| {
+            let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
+            (0..shards)
+                .map(|k| state.keys.outbox_at(e.voucher.id, k, shards))
+                .collect::<Vec<_>>()
+        })
         .collect();
     if !streams.is_empty() {
         let mut pipe = redis::pipe();

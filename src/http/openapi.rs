@@ -17,7 +17,8 @@ use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
 use crate::voucher::live::RelayState;
 use crate::voucher::model::AddStock;
 use crate::voucher::view::{
-    LiveSale, OrderCounts, PublicVoucher, SaleStats, TopUpView, ToppedUp, VoucherList, VoucherPage, VoucherWithStats,
+    LiveSale, OrderCounts, PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage,
+    VoucherWithStats,
 };
 use crate::voucher::{FlashSale, NewVoucher, Voucher};
 use actix_web::{web, HttpResponse};
@@ -69,7 +70,7 @@ impl Modify for BearerAuth {
         super::console::page,
     ),
     components(schemas(
-        ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats,
+        ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats, ShardStats,
         PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
         Rule, RuleRequest, NextRequest, NextValues,
     )),

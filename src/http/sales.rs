@@ -37,7 +37,7 @@ pub struct PageQuery {
 
 #[utoipa::path(get, path = "/api/v1/admin/vouchers", tag = "admin", security(("bearer" = [])),
     params(("before" = Option<i64>, Query, minimum = 1, description = "only vouchers with a smaller id (the previous page's next_before)"),
-        ("limit" = Option<i64>, Query, minimum = 1, maximum = 200, description = "page size, default 50")),
+        ("limit" = Option<i32>, Query, minimum = 1, maximum = 200, description = "page size, default 50")),
     responses((status = 200, description = "one page of every voucher, newest first", body = VoucherPage),
         BadRequest, Unauthorized, Forbidden, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all)]

@@ -13,7 +13,7 @@ use crate::voucher::model::{AddStock, NewVoucher, Voucher, MAX_STOCK};
 use crate::voucher::repo;
 use crate::voucher::stock::{self, Event};
 use crate::voucher::topup;
-use crate::voucher::view::{PublicVoucher, SaleStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
+use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use serde_json::Value;
@@ -47,7 +47,7 @@ pub async fn create(
     if let Some(flash) = &voucher.flash {
         // Loaded before the commit: a voucher that exists in Postgres always has its
         // stock in Redis (if Redis is down, nothing is created).
-        stock::load(&state.redis, &state.keys, voucher.id, flash.stock).await?;
+        stock::load(&state.redis, &state.keys, voucher.id, flash.stock, flash.shards()).await?;
     }
     tx.commit().await?;
     announce(&state, &voucher).await;
@@ -184,7 +184,8 @@ pub async fn public_get(
         None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
     };
     let stock_remaining = if voucher.is_flash_sale() {
-        Some(stock::stats(&state.redis, &state.keys, id).await?.0)
+        let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
+        Some(stock::stats(&state.redis, &state.keys, id, shards).await?.stock)
     } else {
         None
     };
@@ -196,15 +197,31 @@ pub async fn public_get(
 
 pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
     let orders_persisted = repo::orders_persisted(&state.pg, voucher.id).await?;
-    let (stock_remaining, orders_accepted) = if voucher.is_flash_sale() {
-        stock::stats(&state.redis, &state.keys, voucher.id).await?
-    } else {
-        (None, 0)
-    };
-    let stats = SaleStats {
-        stock_remaining,
-        orders_accepted,
-        orders_persisted,
+    let stats = match &voucher.flash {
+        Some(f) => {
+            let s = stock::stats(&state.redis, &state.keys, voucher.id, f.shards()).await?;
+            SaleStats {
+                stock_remaining: s.stock,
+                orders_accepted: s.accepted,
+                orders_persisted,
+                shards: (f.shards() > 1).then(|| {
+                    s.shards
+                        .iter()
+                        .enumerate()
+                        .map(|(k, n)| ShardStats {
+                            shard: k as u32,
+                            stock_remaining: *n,
+                        })
+                        .collect()
+                }),
+            }
+        }
+        None => SaleStats {
+            stock_remaining: None,
+            orders_accepted: 0,
+            orders_persisted,
+            shards: None,
+        },
     };
     Ok(VoucherWithStats { voucher, stats })
 }

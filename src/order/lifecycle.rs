@@ -128,11 +128,14 @@ impl Lifecycle {
     /// The Redis half: returns true if the return is complete (now or before).
     pub async fn return_stock(&self, ret: StockReturn) -> Result<bool> {
         let k = &self.keys;
+        // The unit goes back to the shard of the order's shopper, whose mark it clears.
+        let shards = crate::voucher::repo::shards(&self.pg, ret.voucher_id).await?;
+        let shard = crate::keys::shard_of(ret.user_id, shards);
         let mut conn = self.redis.conn().await?;
         let r: i64 = RETURN
-            .key(k.stock(ret.voucher_id))
-            .key(k.buyers(ret.voucher_id))
-            .key(k.returned(ret.voucher_id))
+            .key(k.stock_at(ret.voucher_id, shard, shards))
+            .key(k.buyers_at(ret.voucher_id, shard, shards))
+            .key(k.returned_at(ret.voucher_id, shard, shards))
             .arg(ret.order_id)
             .arg(ret.user_id)
             .invoke_async(&mut conn)

@@ -5,6 +5,13 @@
 //! it admits it, has already put it in the voucher's outbox. The order id comes
 //! from the ID worker's in-memory block.
 //!
+//! A sharded sale (`stock_shards` > 1) runs the script on the shopper's shard
+//! ([`crate::keys::shard_of`]). Only when that shard is dry does the order take more
+//! round trips: [`crate::voucher::shards::refill`] moves units to it from the
+//! richest shard (one process moves for a shard at a time; the others wait and try
+//! again), and the sale is sold out only when no shard holds stock and nothing is
+//! in transit.
+//!
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 the script and a `WAIT` travel in one
 //! pipeline (still one round trip), and the order is acknowledged only once that
 //! many replicas hold its reservation: a failover to a replica then cannot lose
@@ -19,6 +26,7 @@ use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
+use crate::voucher::shards::Refill;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use redis::Script;
@@ -121,6 +129,38 @@ pub struct OrderDesk {
     pub clock: Clock,
     pub clock_skew: Arc<ClockSkew>,
     pub metrics: Arc<Metrics>,
+    /// One mover per dry (voucher, shard) in this process.
+    pub movers: Arc<Movers>,
+}
+
+/// How many moves one order request may ask for before it answers 503.
+const MAX_REFILLS: usize = 3;
+/// How many times one order request may run the script.
+const MAX_TRIES: usize = 8;
+
+/// Single flight for moves: per (voucher, shard), a lock and the count of moves
+/// made under it. A request that finds its shard dry notes the count, takes the
+/// lock, and moves only if nobody moved meanwhile; otherwise it just tries again.
+#[derive(Default)]
+pub struct Movers {
+    map: std::sync::Mutex<std::collections::HashMap<(i64, u32), Arc<Mover>>>,
+}
+
+#[derive(Default)]
+struct Mover {
+    lock: tokio::sync::Mutex<()>,
+    moves: std::sync::atomic::AtomicU64,
+}
+
+impl Movers {
+    fn get(&self, voucher: i64, shard: u32) -> Arc<Mover> {
+        self.map
+            .lock()
+            .expect("movers poisoned")
+            .entry((voucher, shard))
+            .or_default()
+            .clone()
+    }
 }
 
 impl OrderDesk {
@@ -161,10 +201,46 @@ impl OrderDesk {
             tracing::warn!(error = %format!("{e:#}"), "no order id");
             unavailable("no order id can be issued right now", 1)
         })?;
-        match self
-            .reserve(voucher_id, user_id, order_id, now.timestamp_millis())
-            .await?
-        {
+        let shards = flash.shards();
+        let shard = crate::keys::shard_of(user_id, shards);
+        let mut refills = 0;
+        let mut tries = 0;
+        let outcome = loop {
+            tries += 1;
+            let r = self
+                .reserve_at(voucher_id, shard, shards, user_id, order_id, now.timestamp_millis())
+                .await?;
+            if r != Reservation::SoldOut || shards == 1 {
+                break r;
+            }
+            if refills == MAX_REFILLS || tries == MAX_TRIES {
+                return Err(unavailable(
+                    "this sale's stock is being moved between its shards; try again",
+                    1,
+                ));
+            }
+            let mover = self.movers.get(voucher_id, shard);
+            let before = mover.moves.load(std::sync::atomic::Ordering::Acquire);
+            let _moving = mover.lock.lock().await;
+            if entry.read_sold_out_flag().0 {
+                // A refill found the whole sale sold out while this one waited.
+                return Err(Refusal::SoldOut);
+            }
+            if mover.moves.load(std::sync::atomic::Ordering::Acquire) != before {
+                // Another request refilled the shard while this one waited.
+                continue;
+            }
+            refills += 1;
+            let refill = crate::voucher::shards::refill(&self.redis, &self.keys, voucher_id, shards, shard).await?;
+            mover.moves.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            match refill {
+                Refill::Retry => continue,
+                Refill::SoldOut => break Reservation::SoldOut,
+                Refill::NotLoaded => break Reservation::NotLoaded,
+                Refill::Unverified => break Reservation::Unverified,
+            }
+        };
+        match outcome {
             Reservation::Accepted { .. } => {
                 entry.in_stock(seen);
                 Ok(order_id)
@@ -203,10 +279,24 @@ impl OrderDesk {
         }
     }
 
-    /// Runs the script once.
+    /// Runs the script once on shard 0 (a sale of one shard).
     pub async fn reserve(
         &self,
         voucher_id: i64,
+        user_id: i64,
+        order_id: i64,
+        created_ms: i64,
+    ) -> anyhow::Result<Reservation> {
+        self.reserve_at(voucher_id, 0, 1, user_id, order_id, created_ms).await
+    }
+
+    /// Runs the script once on one shard of the sale.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_at(
+        &self,
+        voucher_id: i64,
+        shard: u32,
+        shards: u32,
         user_id: i64,
         order_id: i64,
         created_ms: i64,
@@ -222,10 +312,10 @@ impl OrderDesk {
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
         let keys = [
-            k.stock(voucher_id),
-            k.buyers(voucher_id),
-            k.orders(voucher_id),
-            k.outbox(voucher_id),
+            k.stock_at(voucher_id, shard, shards),
+            k.buyers_at(voucher_id, shard, shards),
+            k.orders_at(voucher_id, shard, shards),
+            k.outbox_at(voucher_id, shard, shards),
         ];
         let args = [user_id, order_id, created_ms, voucher_id];
         let (code, acked) = if r.replicas == 0 {

@@ -43,28 +43,30 @@ impl Lookup {
             return Ok(None);
         };
         let slack = Duration::seconds(2);
-        let candidates: Vec<i64> = self
+        // Every shard of each: the order is in its shopper's, whom the id does not tell.
+        let candidates: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
             .iter()
             .filter_map(|e| {
                 let f = e.voucher.flash.as_ref()?;
-                (f.begin_at - slack <= made && made <= f.end_at + slack).then_some(e.voucher.id)
+                (f.begin_at - slack <= made && made <= f.end_at + slack).then_some((e.voucher.id, f.shards()))
             })
+            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
             .collect();
         if candidates.is_empty() {
             return Ok(None);
         }
         let mut pipe = redis::pipe();
-        for v in &candidates {
-            pipe.hget(self.keys.orders(*v), order_id);
+        for (v, k, shards) in &candidates {
+            pipe.hget(self.keys.orders_at(*v, *k, *shards), order_id);
         }
         let mut conn = self.redis.conn().await?;
         let found: Vec<Option<String>> = pipe
             .query_async(&mut conn)
             .await
             .context("looking up a pending order")?;
-        for (voucher_id, value) in candidates.into_iter().zip(found) {
+        for ((voucher_id, _, _), value) in candidates.into_iter().zip(found) {
             if let Some((user, ms)) = value.as_deref().and_then(parse_accepted) {
                 return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
             }
@@ -76,9 +78,14 @@ impl Lookup {
     /// Redis), else the latest in Postgres (e.g. cancelled).
     pub async fn mine(&self, voucher_id: i64, user_id: i64) -> Result<Option<Order>> {
         let k = &self.keys;
+        let shards = match self.cache.get(voucher_id) {
+            Some(e) => e.voucher.flash.as_ref().map_or(1, |f| f.shards()),
+            None => crate::voucher::repo::shards(&self.pg, voucher_id).await?,
+        };
+        let shard = crate::keys::shard_of(user_id, shards);
         let mut conn = self.redis.conn().await?;
         let live: Option<i64> = redis::cmd("HGET")
-            .arg(k.buyers(voucher_id))
+            .arg(k.buyers_at(voucher_id, shard, shards))
             .arg(user_id)
             .query_async(&mut conn)
             .await
@@ -88,7 +95,7 @@ impl Lookup {
                 return Ok(Some(o));
             }
             let accepted: Option<String> = redis::cmd("HGET")
-                .arg(k.orders(voucher_id))
+                .arg(k.orders_at(voucher_id, shard, shards))
                 .arg(order_id)
                 .query_async(&mut conn)
                 .await

@@ -31,8 +31,11 @@ pub struct Relay {
     confirm_timeout: Duration,
     metrics: Arc<crate::metrics::Metrics>,
     /// The registry of outboxes in Redis (`<ns>:outboxes`) as last read, and when.
-    registry: std::sync::Mutex<(Option<Instant>, Vec<i64>)>,
+    registry: std::sync::Mutex<(Option<Instant>, Vec<Outbox>)>,
 }
+
+/// One outbox stream's key (a voucher's, or one of its shards').
+type Outbox = String;
 
 /// How often the relay re-reads the registry of outboxes.
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);
@@ -124,7 +127,7 @@ impl Relay {
             if read == Read::OwnPending && n == 0 {
                 read = Read::New;
             }
-            if n == 0 && self.vouchers().await.is_empty() {
+            if n == 0 && self.outboxes().await.is_empty() {
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     _ = tokio::time::sleep(Duration::from_millis(BLOCK_MS)) => {}
@@ -139,7 +142,7 @@ impl Relay {
     /// wait for the broker's confirm, then XACK and XDEL them. Returns how many
     /// orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
-        let streams: Vec<String> = self.vouchers().await.into_iter().map(|v| self.keys.outbox(v)).collect();
+        let streams: Vec<String> = self.outboxes().await;
         if streams.is_empty() {
             return Ok(0);
         }
@@ -262,18 +265,28 @@ impl Relay {
         Ok(())
     }
 
-    /// The vouchers whose outboxes this relay reads: the flash sales in the voucher
-    /// cache and those in Redis's registry of outboxes, so that orders keep flowing
-    /// even while the cache is empty (Postgres unreachable since start-up).
-    async fn vouchers(&self) -> Vec<i64> {
-        let mut ids: Vec<i64> = self.cache.flash_sales().iter().map(|e| e.voucher.id).collect();
+    /// The outboxes (voucher, shard) this relay reads: every shard of the flash sales
+    /// in the voucher cache and those in Redis's registry of outboxes, so that orders
+    /// keep flowing even while the cache is empty (Postgres unreachable since start-up).
+    async fn outboxes(&self) -> Vec<Outbox> {
+        let mut ids: Vec<Outbox> = self
+            .cache
+            .flash_sales()
+            .iter()
+            .flat_map(|e| {
+                let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
+                let id = e.voucher.id;
+                (0..shards).map(move |k| (id, k, shards))
+            })
+            .map(|(id, k, shards)| self.keys.outbox_at(id, k, shards))
+            .collect();
         let stale = {
             let registry = self.registry.lock().expect("registry poisoned");
-            ids.extend(registry.1.iter().copied());
+            ids.extend(registry.1.iter().cloned());
             !registry.0.is_some_and(|at| at.elapsed() < REGISTRY_EVERY)
         };
         if stale {
-            let read: redis::RedisResult<Vec<i64>> = async {
+            let read: redis::RedisResult<Vec<String>> = async {
                 let mut conn = self.redis.conn().await?;
                 redis::cmd("SMEMBERS")
                     .arg(self.keys.outboxes())
@@ -285,7 +298,8 @@ impl Relay {
             registry.0 = Some(Instant::now());
             match read {
                 Ok(listed) => {
-                    ids.extend(listed.iter().copied());
+                    let listed: Vec<Outbox> = listed.iter().filter_map(|m| self.keys.outbox_of_member(m)).collect();
+                    ids.extend(listed.iter().cloned());
                     registry.1 = listed;
                 }
                 Err(e) => tracing::debug!(error = %e, "reading the registry of outboxes failed"),

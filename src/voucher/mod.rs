@@ -7,6 +7,7 @@ pub mod cache;
 pub mod live;
 pub mod model;
 pub mod repo;
+pub mod shards;
 pub mod stock;
 pub mod topup;
 pub mod view;

@@ -24,6 +24,20 @@ pub struct FlashSale {
     pub begin_at: DateTime<Utc>,
     #[schema(required = false)]
     pub end_at: DateTime<Utc>,
+    /// How many Redis hash slots the sale's stock and shopper marks are spread over
+    /// (default 1), so that one hot sale can use several Redis masters.
+    #[schema(required = false, minimum = 1, maximum = 64)]
+    pub stock_shards: i32,
+}
+
+/// Most shards one sale may have.
+pub const MAX_SHARDS: i64 = 64;
+
+impl FlashSale {
+    /// `stock_shards` as a count (at least 1).
+    pub fn shards(&self) -> u32 {
+        self.stock_shards.max(1) as u32
+    }
 }
 
 /// A voucher. Money is in cents.
@@ -157,7 +171,13 @@ impl NewVoucher {
             .transpose()?;
         let begin_at = optional(obj, "begin_at").map(|v| time(v, "begin_at")).transpose()?;
         let end_at = optional(obj, "end_at").map(|v| time(v, "end_at")).transpose()?;
+        let stock_shards = optional(obj, "stock_shards")
+            .map(|v| whole(v, "stock_shards", 1, MAX_SHARDS))
+            .transpose()?;
         let flash = match (stock, begin_at, end_at) {
+            (None, None, None) if stock_shards.is_some() => {
+                return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
+            }
             (None, None, None) => None,
             (None, _, _) => {
                 return Err(ValidationError::new(
@@ -175,6 +195,7 @@ impl NewVoucher {
                     stock: stock as i32,
                     begin_at,
                     end_at,
+                    stock_shards: stock_shards.unwrap_or(1) as i32,
                 })
             }
         };
@@ -246,7 +267,11 @@ mod tests {
     #[test]
     fn a_valid_flash_sale_parses() {
         let v = NewVoucher::parse(&base()).unwrap();
-        assert_eq!(v.flash.unwrap().stock, 10);
+        let f = v.flash.unwrap();
+        assert_eq!((f.stock, f.stock_shards), (10, 1));
+        let mut b = base();
+        b["stock_shards"] = json!(64);
+        assert_eq!(NewVoucher::parse(&b).unwrap().flash.unwrap().stock_shards, 64);
     }
 
     #[test]
@@ -261,6 +286,9 @@ mod tests {
             ("shop_id", json!("0")),
             ("shop_id", json!("99999999999999999999")),
             ("begin_at", json!("yesterday")),
+            ("stock_shards", json!(0)),
+            ("stock_shards", json!(65)),
+            ("stock_shards", json!("x")),
         ];
         for (field, value) in cases {
             let mut b = base();

@@ -4,18 +4,20 @@ use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 
 const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
-        v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused
+        v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id";
 
 fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
     let total: Option<i32> = row.try_get("total_stock")?;
     let begin_at: Option<DateTime<Utc>> = row.try_get("begin_at")?;
     let end_at: Option<DateTime<Utc>> = row.try_get("end_at")?;
+    let shards: Option<i32> = row.try_get("stock_shards")?;
     let flash = match (total, begin_at, end_at) {
         (Some(stock), Some(begin_at), Some(end_at)) => Some(FlashSale {
             stock,
             begin_at,
             end_at,
+            stock_shards: shards.unwrap_or(1),
         }),
         _ => None,
     };
@@ -49,13 +51,14 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
     .await?;
     if let Some(f) = &v.flash {
         sqlx::query(
-            "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at)
-             VALUES ($1, $2, $2, $3, $4)",
+            "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at, stock_shards)
+             VALUES ($1, $2, $2, $3, $4, $5)",
         )
         .bind(id)
         .bind(f.stock)
         .bind(f.begin_at)
         .bind(f.end_at)
+        .bind(f.stock_shards)
         .execute(&mut *tx)
         .await?;
     }
@@ -154,4 +157,13 @@ pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, s
         .bind(id)
         .fetch_one(db)
         .await
+}
+
+/// A flash sale's `stock_shards` (1 if it is not one).
+pub async fn shards(db: impl PgExecutor<'_>, id: i64) -> Result<u32, sqlx::Error> {
+    let n: Option<i32> = sqlx::query_scalar("SELECT stock_shards FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(n.unwrap_or(1).max(1) as u32)
 }

@@ -8,44 +8,71 @@ use std::sync::LazyLock;
 
 static LOAD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/voucher_load.lua")));
 
-/// Loads stock (if no stock key exists) and makes the outbox consumer group exist.
-pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32) -> Result<bool> {
+/// Loads stock (into each shard whose stock key does not exist: shard k gets its
+/// part of [`crate::keys::split`]) and makes every shard's outbox consumer group exist.
+/// True if every shard was loaded now.
+pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32, shards: u32) -> Result<bool> {
     let mut conn = redis.conn().await?;
-    let loaded: i64 = LOAD
-        .key(keys.stock(voucher_id))
-        .key(keys.outbox(voucher_id))
-        .arg(stock)
-        .arg(RELAY_GROUP)
-        .invoke_async(&mut conn)
-        .await
-        .context("voucher_load.lua")?;
-    register_outbox(redis, keys, voucher_id).await?;
-    Ok(loaded == 1)
+    let mut all = true;
+    for (k, part) in crate::keys::split(stock as i64, shards).into_iter().enumerate() {
+        let k = k as u32;
+        let loaded: i64 = LOAD
+            .key(keys.stock_at(voucher_id, k, shards))
+            .key(keys.outbox_at(voucher_id, k, shards))
+            .arg(part)
+            .arg(RELAY_GROUP)
+            .invoke_async(&mut conn)
+            .await
+            .context("voucher_load.lua")?;
+        all &= loaded == 1;
+    }
+    register_outbox(redis, keys, voucher_id, shards).await?;
+    Ok(all)
 }
 
-/// Lists the voucher's outbox for the relays (a key of its own slot, so not in the
-/// load script: on Redis Cluster a script keeps to one slot).
-pub async fn register_outbox(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<()> {
+/// Lists the voucher's outboxes (one per shard) for the relays (a key of its own
+/// slot, so not in the load script: on Redis Cluster a script keeps to one slot).
+pub async fn register_outbox(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<()> {
     let mut conn = redis.conn().await?;
+    let members: Vec<String> = (0..shards.max(1))
+        .map(|k| Keys::outbox_member(voucher_id, k, shards))
+        .collect();
     let _: i64 = redis::cmd("SADD")
         .arg(keys.outboxes())
-        .arg(voucher_id)
+        .arg(members)
         .query_async(&mut conn)
         .await
         .context("registering an outbox")?;
     Ok(())
 }
 
-/// Live stock and the number of orders Redis admitted.
-pub async fn stats(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<(Option<i64>, i64)> {
+/// A sale's live numbers in Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stats {
+    /// Units on sale over all shards (units in transit between shards excluded);
+    /// None while a shard's stock is missing.
+    pub stock: Option<i64>,
+    /// Orders Redis admitted, over all shards.
+    pub accepted: i64,
+    /// Each shard's stock (one entry for a sale of one shard).
+    pub shards: Vec<Option<i64>>,
+}
+
+/// Live stock and the number of orders Redis admitted (one pipelined call).
+pub async fn stats(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<Stats> {
     let mut conn = redis.conn().await?;
-    let (stock, accepted): (Option<i64>, i64) = redis::pipe()
-        .get(keys.stock(voucher_id))
-        .hlen(keys.orders(voucher_id))
-        .query_async(&mut conn)
-        .await
-        .context("reading voucher stats")?;
-    Ok((stock, accepted))
+    let mut pipe = redis::pipe();
+    for k in 0..shards.max(1) {
+        pipe.get(keys.stock_at(voucher_id, k, shards))
+            .hlen(keys.orders_at(voucher_id, k, shards));
+    }
+    let reply: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading voucher stats")?;
+    let shards: Vec<Option<i64>> = reply.iter().step_by(2).copied().collect();
+    Ok(Stats {
+        stock: shards.iter().copied().sum(),
+        accepted: reply.iter().skip(1).step_by(2).map(|n| n.unwrap_or(0)).sum(),
+        shards,
+    })
 }
 
 /// An event every instance's cache listens to.

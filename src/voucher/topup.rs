@@ -3,7 +3,10 @@
 //! [`record`] raises the sale's stock and total in Postgres and records a pending
 //! top-up in the caller's transaction. After the commit, [`apply`] adds the units
 //! to the Redis stock (`lua/stock_topup.lua`, idempotent per top-up id: a set of
-//! applied ids in the voucher's hash tag) and marks the top-up done. A crash or an
+//! applied ids in the voucher's hash tag) and marks the top-up done. A sharded sale
+//! gets the units split over its shards as at load ([`crate::keys::split`]), each
+//! shard adding its part once (its own set of applied ids), so a top-up re-applied
+//! after a crash part-way adds each shard's part exactly once. A crash or an
 //! outage between the two leaves the top-up pending; [`recover`] (the
 //! `order-recovery` round) finishes it. So Redis never holds units Postgres lacks
 //! (they would be sold and stored `failed`), and no failure after the commit can
@@ -71,6 +74,7 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
     let Some(t) = pending else {
         return Ok(true);
     };
+    let shards = repo::shards(&mut *tx, t.voucher_id).await?;
     // The newest repair Postgres has committed (none yet: 0).
     let (epoch, repairing): (i64, bool) =
         sqlx::query_as("SELECT epoch, repairing FROM redis_epochs WHERE namespace = $1")
@@ -84,16 +88,30 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
         return Ok(false);
     }
     let mut conn = redis.conn().await?;
-    let r: i64 = TOPUP
-        .key(keys.stock(t.voucher_id))
-        .key(keys.topups(t.voucher_id))
-        .key(keys.repair_fence(t.voucher_id))
-        .arg(t.id)
-        .arg(t.units)
-        .arg(epoch)
-        .invoke_async(&mut conn)
-        .await
-        .context("stock_topup.lua")?;
+    // 1 if some shard added its part now, 0 if every part was added before, < 0 if a
+    // shard refused (the parts added stay; the repair overwrites them all).
+    let mut r = 0;
+    for (k, part) in crate::keys::split(t.units as i64, shards).into_iter().enumerate() {
+        if part == 0 {
+            continue;
+        }
+        let k = k as u32;
+        let one: i64 = TOPUP
+            .key(keys.stock_at(t.voucher_id, k, shards))
+            .key(keys.topups_at(t.voucher_id, k, shards))
+            .key(keys.repair_fence_at(t.voucher_id, k, shards))
+            .arg(t.id)
+            .arg(part)
+            .arg(epoch)
+            .invoke_async(&mut conn)
+            .await
+            .context("stock_topup.lua")?;
+        if one < 0 {
+            r = one;
+            break;
+        }
+        r = r.max(one);
+    }
     if r < 0 {
         tracing::warn!(
             top_up = id,

@@ -27,6 +27,23 @@ pub struct SaleStats {
     pub orders_accepted: i64,
     /// Orders in Postgres, but for `failed` ones.
     pub orders_persisted: i64,
+    /// A sharded sale's (`stock_shards` > 1) stock per shard, in shard order; their
+    /// sum is `stock_remaining` (units moving between shards are in neither). Absent
+    /// for a sale of one shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub shards: Option<Vec<ShardStats>>,
+}
+
+/// One shard of a sharded sale.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
+pub struct ShardStats {
+    /// 0 .. stock_shards − 1.
+    #[schema(minimum = 0, maximum = 63)]
+    pub shard: u32,
+    /// Units on sale in this shard, from Redis; null while Redis has no stock for it.
+    #[schema(required = true)]
+    pub stock_remaining: Option<i64>,
 }
 
 /// The public view of a voucher: a flash sale's carries its live stock.

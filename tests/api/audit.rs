@@ -70,7 +70,7 @@ async fn audit_balances_after_orders_and_a_cancellation() {
     let expected = json!({
         "voucher_id": v.to_string(),
         "stock": 50,
-        "redis": {"stock_remaining": 21, "orders_admitted": 30, "units_returned": 1, "outbox": 0},
+        "redis": {"stock_remaining": 21, "orders_admitted": 30, "units_returned": 1, "outbox": 0, "units_in_transit": 0},
         "in_flight": {"orders": 0, "outbox": 0, "queue_ready": 0},
         "postgres": {"created": 29, "paid": 0, "cancelled": 1, "failed": 0, "stock": 21, "returns_pending": 0},
         "balanced": true,

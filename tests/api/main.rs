@@ -21,4 +21,5 @@ mod repair;
 mod replication;
 mod rollback;
 mod sequences;
+mod shards;
 mod topups;

@@ -115,6 +115,9 @@ async fn a_stale_repair_cannot_write_a_sale() {
             .key(k.returned(v))
             .key(k.outbox(v))
             .key(k.repair_fence(v))
+            .key(k.given_at(v, 0, 1))
+            .key(k.moved_at(v, 0, 1))
+            .key(k.taken_at(v, 0, 1))
             .arg(e)
             .arg(op);
         inv

@@ -9,8 +9,7 @@ impl Relay {
     pub async fn claim(&self) -> Result<usize> {
         let mut claimed = 0;
         let mut conn = self.redis.conn().await?;
-        for v in self.vouchers().await {
-            let stream = self.keys.outbox(v);
+        for stream in self.outboxes().await {
             let reply: redis::RedisResult<redis::Value> = redis::cmd("XAUTOCLAIM")
                 .arg(&stream)
                 .arg(RELAY_GROUP)

@@ -4,7 +4,8 @@
 //! Every unit ever put on sale (`stock`, Postgres's `total_stock`) is, at any
 //! moment, in exactly one of three places:
 //!
-//! - still on sale in Redis (the stock key);
+//! - still on sale in Redis (the stock key; for a sharded sale, a shard's stock key
+//!   or in transit between two shards: given by one, not yet taken by the other);
 //! - in an order Redis admitted that has not reached Postgres yet (in the outbox,
 //!   in RabbitMQ, in a worker's hands): the orders Redis ever admitted (its orders
 //!   hash) minus the orders Postgres holds, whatever their status;
@@ -14,8 +15,9 @@
 //! set); a `failed` order is an incident and leaves the books unbalanced. Postgres
 //! keeps its own books as well: its `stock` is `total_stock` minus the live orders.
 //!
-//! The Redis half is read in one `MULTI` and the Postgres half in one statement,
-//! Redis first: orders admitted or persisted meanwhile move a unit between two
+//! The Redis half is read in one `MULTI` per shard (a sharded sale's shards are read
+//! until two reads agree on every move: [`crate::voucher::shards::snapshot`]) and the
+//! Postgres half in one statement, Redis first: orders admitted or persisted meanwhile move a unit between two
 //! places the same read sees, so they never unbalance the books. A cancellation or
 //! a top-up (Postgres and Redis written one after the other) can fall between the
 //! two reads: one audit may then be off by that unit, the next is not. The gauge
@@ -74,6 +76,10 @@ pub struct RedisBooks {
     /// Entries in the sale's outbox stream: admitted orders whose publish RabbitMQ
     /// has not confirmed yet.
     pub outbox: i64,
+    /// A sharded sale's units given by one shard and not yet taken by another (a
+    /// move under way, or left by a process that died mid-move: the recovery pass
+    /// completes it within seconds). Always 0 for a sale of one shard.
+    pub units_in_transit: i64,
 }
 
 /// Orders between Redis and Postgres.
@@ -114,8 +120,8 @@ pub struct PostgresBooks {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[schema(as = AuditChecks)]
 pub struct Checks {
-    /// `stock` = `redis.stock_remaining` + `in_flight.orders` + live orders
-    /// (`postgres.created` + `postgres.paid`).
+    /// `stock` = `redis.stock_remaining` + `redis.units_in_transit` +
+    /// `in_flight.orders` + live orders (`postgres.created` + `postgres.paid`).
     pub units_accounted_for: bool,
     /// `postgres.stock` = `stock` − live orders.
     pub postgres_stock: bool,
@@ -130,7 +136,7 @@ impl Checks {
         Self {
             units_accounted_for: redis
                 .stock_remaining
-                .is_some_and(|left| stock == left + in_flight.orders + live),
+                .is_some_and(|left| stock == left + redis.units_in_transit + in_flight.orders + live),
             postgres_stock: postgres.stock == stock - live,
             no_returns_pending: postgres.returns_pending == 0,
         }
@@ -162,18 +168,18 @@ pub async fn audit(pg: &PgPool, redis: &Redis, keys: &Keys, broker: &Broker, vou
 /// The sale's books without asking RabbitMQ (`in_flight.queue_ready` is null);
 /// `balanced` does not depend on it.
 pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<Lookup> {
-    // Redis first, in one MULTI: every key shares the sale's hash tag.
+    // Its shards (fixed for the life of the sale; 1 if there is no such sale).
+    let shards = crate::voucher::repo::shards(pg, voucher_id).await?;
+    // Redis first, in one MULTI per shard: every key of a shard shares its hash tag.
     let mut conn = redis.conn().await?;
-    let (stock_remaining, orders_admitted, units_returned, outbox): (Option<i64>, i64, i64, i64) = redis::pipe()
-        .atomic()
-        .get(keys.stock(voucher_id))
-        .hlen(keys.orders(voucher_id))
-        .scard(keys.returned(voucher_id))
-        .cmd("XLEN")
-        .arg(keys.outbox(voucher_id))
-        .query_async(&mut conn)
+    let snap = crate::voucher::shards::snapshot(&mut conn, keys, voucher_id, shards)
         .await
         .context("reading the sale's books in Redis")?;
+    let stock_remaining = snap.stock();
+    let orders_admitted: i64 = snap.shards.iter().map(|s| s.orders).sum();
+    let units_returned: i64 = snap.shards.iter().map(|s| s.returned).sum();
+    let outbox: i64 = snap.shards.iter().map(|s| s.outbox).sum();
+    let units_in_transit = snap.in_transit();
     // Then Postgres, in one statement (one snapshot).
     type Row = (Option<i64>, Option<i64>, i64, i64, i64, i64, i64);
     let row: Option<Row> = sqlx::query_as(
@@ -206,6 +212,7 @@ pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> 
         orders_admitted,
         units_returned,
         outbox,
+        units_in_transit,
     };
     let in_flight = InFlight {
         orders: orders_admitted - (created + paid + cancelled + failed),

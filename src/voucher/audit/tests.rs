@@ -13,6 +13,7 @@ fn sample(
         orders_admitted: admitted,
         units_returned: cancelled,
         outbox: 0,
+        units_in_transit: 0,
     };
     let in_flight = InFlight {
         orders: admitted - created - paid - cancelled,

@@ -42,11 +42,22 @@ pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<Has
         )));
     }
     let k = &ctx.keys;
+    let mut shards = std::collections::HashMap::new();
     for o in late {
+        let n = match shards.get(&o.voucher_id) {
+            Some(n) => *n,
+            None => {
+                let n = crate::voucher::repo::shards(&ctx.pg, o.voucher_id).await?;
+                shards.insert(o.voucher_id, n);
+                n
+            }
+        };
+        // The order's shard: its shopper's, as reserve.lua admitted it.
+        let shard = crate::keys::shard_of(o.user_id, n);
         let ok: i64 = LATE_ADMIT
-            .key(k.stock(o.voucher_id))
-            .key(k.buyers(o.voucher_id))
-            .key(k.orders(o.voucher_id))
+            .key(k.stock_at(o.voucher_id, shard, n))
+            .key(k.buyers_at(o.voucher_id, shard, n))
+            .key(k.orders_at(o.voucher_id, shard, n))
             .arg(o.user_id)
             .arg(o.id)
             .arg(o.created_ms)

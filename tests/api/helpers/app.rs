@@ -179,6 +179,24 @@ impl TestApp {
         body["id"].as_str().unwrap().parse().unwrap()
     }
 
+    /// A flash sale open from a second ago for an hour, over `shards` shards.
+    pub async fn sharded_sale(&self, stock: i64, shards: u32) -> i64 {
+        let now = chrono::Utc::now();
+        let (status, body) = self
+            .post(
+                "/api/v1/admin/vouchers",
+                Some(&self.admin()),
+                json!({"shop_id": "7", "title": "flash", "pay_value": 100, "actual_value": 1000, "stock": stock,
+                       "stock_shards": shards,
+                       "begin_at": (now - chrono::Duration::seconds(1)).to_rfc3339(),
+                       "end_at": (now + chrono::Duration::hours(1)).to_rfc3339()}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(body["stock_shards"], shards, "{body}");
+        body["id"].as_str().unwrap().parse().unwrap()
+    }
+
     pub async fn order(&self, voucher: i64, user: i64) -> (StatusCode, Value) {
         self.post(
             &format!("/api/v1/vouchers/{voucher}/orders"),

@@ -1,0 +1,37 @@
+-- shard_give.lua: the donor's half of a move of units between two shards of a sale.
+--
+-- KEYS[1] stock of the donor shard   KEYS[2] given: hash transfer id -> "dest:n"
+-- KEYS[3] moved: set of the transfer ids completed   KEYS[4] the shard's repair fence
+-- ARGV[1] transfer id (fresh per move)   ARGV[2] receiving shard   ARGV[3] units wanted
+-- ARGV[4] the Redis epoch the caller verified
+--
+-- Returns the units given (the same n again for a transfer id already given, 0 for
+-- one already completed or when the shard has nothing to give), -2 if a repair newer
+-- than ARGV[4] rewrote the shard, -3 if the shard's stock is not loaded.
+--
+-- Why one script: taking the units off the stock and recording them in the ledger
+-- must be one step: the units are then always either on sale here or in `given`
+-- (in transit, counted by the audit) and a retry with the same id (a timeout) finds
+-- the entry and gives nothing more. The receiver is another slot, so it cannot be in
+-- this script: shard_take.lua adds the units there, shard_done.lua closes the entry.
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+if entry then
+  return tonumber(string.match(entry, ':(%d+)$'))
+end
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
+  return 0
+end
+if tonumber(redis.call('GET', KEYS[4]) or '0') > tonumber(ARGV[4]) then
+  return -2
+end
+local stock = redis.call('GET', KEYS[1])
+if not stock then
+  return -3
+end
+local n = math.min(tonumber(ARGV[3]), tonumber(stock))
+if n <= 0 then
+  return 0
+end
+redis.call('DECRBY', KEYS[1], n)
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. n)
+return n
