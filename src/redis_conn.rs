@@ -214,10 +214,12 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
 /// share one slot, and every script and transaction keeps to one).
 async fn split_by_slot(c: &mut ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
     let mut groups: Vec<(Option<u16>, Vec<usize>, Pipeline)> = Vec::new();
+    let mut previous: Option<u16> = None;
     for (i, cmd) in pipeline.cmd_iter().enumerate() {
-        let slot = first_key(cmd).map(crate::keys::slot);
-        // A command without a key rides with the one before it.
-        let slot = slot.or_else(|| groups.last().and_then(|g| g.0));
+        // A command without a key (WAIT) rides with the command before it, on
+        // that command's node and connection.
+        let slot = first_key(cmd).map(crate::keys::slot).or(previous);
+        previous = slot;
         match groups.iter_mut().find(|g| g.0 == slot) {
             Some(g) => {
                 g.1.push(i);
