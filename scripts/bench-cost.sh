@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# CPU per accepted order of each process (seckill, Redis, RabbitMQ, Postgres, and
+# wrk), the drain rate of the worker alone, and a sale of 1,000,000 orders. Each run
+# starts its own seckill (release build) on a database and namespace of its own;
+# see scripts/bench_cost.py for what is measured and how.
+#
+#   scripts/bench-cost.sh cost  [--orders 100000] [--connections 64] [--runs 2]
+#   scripts/bench-cost.sh drain [--orders 200000]
+#   scripts/bench-cost.sh sale  [--orders 1000000]
+#   ... [--env SECKILL_X=Y]   (passed to the seckill processes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+scripts/services.sh >/dev/null
+cargo build --release --quiet --bin seckill
+exec python3 scripts/bench_cost.py "$@"
