@@ -304,6 +304,17 @@ impl Redis {
         }
     }
 
+    /// A handle on the same server whose connection is made on, and driven by, the
+    /// runtime of the calling thread: the order path uses one per HTTP worker
+    /// thread, so that a command and its answer never cross to another thread (two
+    /// wake-ups and context switches per order). Its connection ends with that
+    /// runtime, so only that thread's tasks may use it.
+    pub fn on_this_thread(&self) -> Self {
+        let mut h = self.dedicated(self.timeout);
+        h.main_runtime = Handle::try_current().ok();
+        h
+    }
+
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster.is_some()

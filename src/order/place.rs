@@ -133,6 +133,12 @@ pub struct OrderDesk {
     pub movers: Arc<Movers>,
 }
 
+thread_local! {
+    /// Per order desk (keyed by its `movers`, alive while the desk is), this
+    /// thread's Redis handle.
+    static HOT: std::cell::RefCell<Vec<(usize, std::sync::Weak<Movers>, Redis)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// How many moves one order request may ask for before it answers 503.
 const MAX_REFILLS: usize = 3;
 /// How many times one order request may run the script.
@@ -279,6 +285,22 @@ impl OrderDesk {
         }
     }
 
+    /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),
+    /// made on first use.
+    fn on_this_thread(&self) -> Redis {
+        let key = Arc::as_ptr(&self.movers) as usize;
+        HOT.with(|hot| {
+            let mut hot = hot.borrow_mut();
+            if let Some((_, _, r)) = hot.iter().find(|(k, alive, _)| *k == key && alive.strong_count() > 0) {
+                return r.clone();
+            }
+            hot.retain(|(_, alive, _)| alive.strong_count() > 0);
+            let r = self.redis.on_this_thread();
+            hot.push((key, Arc::downgrade(&self.movers), r.clone()));
+            r
+        })
+    }
+
     /// Runs the script once on shard 0 (a sale of one shard).
     pub async fn reserve(
         &self,
@@ -303,8 +325,12 @@ impl OrderDesk {
     ) -> anyhow::Result<Reservation> {
         let k = &self.keys;
         let r = &self.replication;
+        let local;
         let redis = match r.replicas {
-            0 => &self.redis,
+            0 => {
+                local = self.on_this_thread();
+                &local
+            }
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
         let Some((mut conn, _epoch)) = redis.verified().await? else {
