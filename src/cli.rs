@@ -72,12 +72,13 @@ pub fn run(cli: Cli) -> Result<()> {
         return Ok(());
     }
     crate::telemetry::init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let settings = Settings::from_env()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if settings.runtime_threads > 0 {
+        runtime.worker_threads(settings.runtime_threads);
+    }
+    let runtime = runtime.enable_all().build().context("starting the async runtime")?;
     runtime.block_on(async move {
-        let settings = Settings::from_env()?;
         let mode = match cli.command {
             Command::All => Mode::All,
             Command::Serve => Mode::Serve,

@@ -63,6 +63,9 @@ pub struct Settings {
     pub dependency_timeout: Duration,
     /// Outbox entries a relay reads (and publishes as one message) at most.
     pub relay_batch: usize,
+    /// How long the relay lets orders gather after a round that found less than a
+    /// full batch (`SECKILL_RELAY_LINGER_MS`, default 50; 0: none).
+    pub relay_linger: Duration,
     /// How long an outbox entry may stay unacknowledged before another relay claims it.
     pub relay_claim_idle: Duration,
     /// Messages the worker may hold unacknowledged (RabbitMQ prefetch).
@@ -88,6 +91,11 @@ pub struct Settings {
     /// How far this process's clock may be from Postgres's before orders get 503
     /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
     pub max_clock_skew: Option<Duration>,
+    /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
+    pub http_workers: usize,
+    /// Threads of the runtime that runs the relay, the worker and the other
+    /// background tasks (`SECKILL_RUNTIME_THREADS`; 0, the default: one per core).
+    pub runtime_threads: usize,
 }
 
 impl Settings {
@@ -137,6 +145,7 @@ impl Settings {
             body_limit: num(&var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
             dependency_timeout: Duration::from_millis(num(&var, "SECKILL_DEPENDENCY_TIMEOUT_MS", 2000, 10, 600_000)?),
             relay_batch: num(&var, "SECKILL_RELAY_BATCH", 1000, 1, 10_000)? as usize,
+            relay_linger: Duration::from_millis(num(&var, "SECKILL_RELAY_LINGER_MS", 50, 0, 1000)?),
             relay_claim_idle: Duration::from_millis(num(&var, "SECKILL_RELAY_CLAIM_IDLE_MS", 10_000, 100, 86_400_000)?),
             worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 32, 1, 10_000)? as u16,
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
@@ -154,6 +163,8 @@ impl Settings {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
+            runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };
         Ok(s)
     }

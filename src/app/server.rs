@@ -31,6 +31,7 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
     let limit = state.settings.body_limit;
     let admission = web::Data::from(state.admission.clone());
     let metrics = web::Data::from(state.metrics.clone());
+    let workers = state.settings.http_workers;
     let state = web::Data::from(state);
     let server = HttpServer::new(move || {
         App::new()
@@ -59,12 +60,14 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
                     .configure(crate::http::sequences::configure),
             )
             .default_service(web::to(not_found))
-    })
-    .listen(listener)?
-    // Signals are ours: shutdown also stops the relay and worker in order.
-    .disable_signals()
-    .shutdown_timeout(10)
-    .run();
+    });
+    let server = if workers > 0 { server.workers(workers) } else { server };
+    let server = server
+        .listen(listener)?
+        // Signals are ours: shutdown also stops the relay and worker in order.
+        .disable_signals()
+        .shutdown_timeout(10)
+        .run();
     Ok(server)
 }
 

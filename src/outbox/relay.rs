@@ -27,6 +27,7 @@ pub struct Relay {
     broker: Arc<Broker>,
     consumer: String,
     batch: usize,
+    linger: Duration,
     claim_idle: Duration,
     confirm_timeout: Duration,
     metrics: Arc<crate::metrics::Metrics>,
@@ -94,6 +95,7 @@ impl Relay {
             broker,
             consumer,
             batch: settings.relay_batch,
+            linger: settings.relay_linger,
             claim_idle: settings.relay_claim_idle,
             confirm_timeout: timeout.max(Duration::from_secs(5)),
             metrics,
@@ -123,9 +125,23 @@ impl Relay {
                     read = Read::OwnPending;
                 }
             }
+            let round = Instant::now();
             let n = self.step(&channel, read).await?;
             if read == Read::OwnPending && n == 0 {
                 read = Read::New;
+            }
+            if read == Read::New && n > 0 && n < self.batch {
+                // Less than a full batch: let orders gather before the next read, so
+                // that under a crowd one message (one confirm, one worker
+                // transaction) carries many orders. Orders are acknowledged to
+                // shoppers before they reach the outbox, so this delays only their
+                // persistence, by at most the linger.
+                if let Some(rest) = self.linger.checked_sub(round.elapsed()) {
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::time::sleep(rest) => {}
+                    }
+                }
             }
             if n == 0 && self.outboxes().await.is_empty() {
                 tokio::select! {
