@@ -3,6 +3,8 @@ use crate::order::OrderMsg;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 
+const UNIQUE_VIOLATION: &str = "23505";
+
 /// Column arrays for one `INSERT ... SELECT FROM UNNEST(...)`.
 #[derive(Default)]
 pub struct Columns {
@@ -40,14 +42,48 @@ impl Columns {
         self.failure.push(failure);
     }
 
-    /// Inserts the rows no constraint refuses; returns id -> status of those inserted.
-    pub async fn insert(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
+    /// Inserts the rows no constraint refuses; returns id -> status of those
+    /// inserted.
+    pub async fn insert(&self, conn: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+        self.insert_with(conn, "ON CONFLICT DO NOTHING").await
+    }
+
+    /// [`Columns::insert`] within a transaction (it takes a savepoint).
+    ///
+    /// First as they are, all or none: in the common case (no row is stored yet,
+    /// no shopper has a live order) that costs Postgres about a quarter less than
+    /// `ON CONFLICT DO NOTHING`, which probes every unique index before each row.
+    /// If a row conflicts (a redelivered batch, an incident), that attempt is
+    /// rolled back to its savepoint and the rows no constraint refuses are
+    /// inserted, the others skipped for the caller to settle.
+    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+        sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
+        match self.insert_with(tx, "").await {
+            Ok(rows) => {
+                sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
+                Ok(rows)
+            }
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
+                sqlx::query("ROLLBACK TO SAVEPOINT fresh_orders")
+                    .execute(&mut *tx)
+                    .await?;
+                self.insert_with(tx, "ON CONFLICT DO NOTHING").await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn insert_with(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        on_conflict: &str,
+    ) -> Result<HashMap<i64, String>, sqlx::Error> {
+        let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
             "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
              SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-             ON CONFLICT DO NOTHING
-             RETURNING id, status",
-        )
+             {on_conflict}
+             RETURNING id, status"
+        ))
         .bind(&self.id)
         .bind(&self.user)
         .bind(&self.voucher)

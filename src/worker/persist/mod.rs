@@ -107,7 +107,7 @@ pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistEr
         }
         cols.push(o, failure.map(str::to_owned), order_no);
     }
-    let inserted = cols.insert(&mut tx).await?;
+    let inserted = cols.insert_in_tx(&mut tx).await?;
     let settled = skipped::settle(&mut tx, &ctx.sequences, &rows, inserted, numbered).await?;
     outcome.duplicates += settled.duplicates;
     outcome.id_collisions = settled.collided.len();
