@@ -71,6 +71,14 @@ fi
 
 # --- RabbitMQ ---------------------------------------------------------------
 command -v rabbitmq-server >/dev/null 2>&1 || install rabbitmq-server
+# Erlang's schedulers spin while they wait for work by default, which on a host the
+# broker shares (with the API, Redis and Postgres, as here) burns a core's worth of
+# time slices for nothing: RabbitMQ's guidance for shared hosts is to turn that
+# off. Takes effect when the broker (re)starts.
+ENV_CONF=/etc/rabbitmq/rabbitmq-env.conf
+if [ -d /etc/rabbitmq ] && ! grep -q '^SERVER_ADDITIONAL_ERL_ARGS=' "$ENV_CONF" 2>/dev/null; then
+  echo 'SERVER_ADDITIONAL_ERL_ARGS="+sbwt none +sbwtdcpu none +sbwtdio none"' | $SUDO tee -a "$ENV_CONF" >/dev/null
+fi
 if ! port_open 5672; then
   say "starting RabbitMQ (this takes a few seconds)"
   $SUDO rabbitmq-server -detached >/dev/null 2>&1 || die "RabbitMQ failed to start (see /var/log/rabbitmq/)"
