@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+static OUTBOX_ACK: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/outbox_ack.lua")));
+
 /// How long one XREADGROUP waits for new entries.
 const BLOCK_MS: u64 = 200;
 
@@ -267,17 +270,24 @@ impl Relay {
         .context("publishing an order batch")
     }
 
+    /// XACK the published entries and drop what no relay needs any more
+    /// (`lua/outbox_ack.lua`), one script per outbox, all at once.
     async fn acknowledge(&self, done: &HashMap<String, Vec<String>>) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for (stream, ids) in done {
-            pipe.cmd("XACK").arg(stream).arg(RELAY_GROUP).arg(ids).ignore();
-            pipe.cmd("XDEL").arg(stream).arg(ids).ignore();
-        }
-        let mut conn = self.redis.conn().await?;
-        let () = pipe
-            .query_async(&mut conn)
-            .await
-            .context("acknowledging outbox entries")?;
+        let conn = self.redis.conn().await?;
+        futures::future::try_join_all(done.iter().map(|(stream, ids)| {
+            let mut conn = conn.clone();
+            async move {
+                let _dropped: i64 = OUTBOX_ACK
+                    .key(stream)
+                    .arg(RELAY_GROUP)
+                    .arg(ids)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok::<_, redis::RedisError>(())
+            }
+        }))
+        .await
+        .context("acknowledging outbox entries")?;
         Ok(())
     }
 

@@ -151,3 +151,43 @@ async fn the_worker_never_hides_an_id_or_number_collision() {
         .unwrap();
     assert_eq!(stock, 6);
 }
+
+/// A batch goes in whole when nothing in it is stored yet; when part of it is (a
+/// redelivery merged with new orders), that attempt is rolled back to its
+/// savepoint and the new orders are still created, each once, in the same
+/// transaction as their stock.
+#[tokio::test]
+async fn a_batch_that_partly_conflicts_still_creates_its_new_orders_once() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    let msg = |id: i64| OrderMsg {
+        id,
+        user_id: 500 + id,
+        voucher_id: v,
+        created_ms: now + id,
+        epoch,
+    };
+    let ctx = ctx(&app);
+    let o = persist(&ctx, &[msg(1), msg(2)]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (2, 0, 0));
+    // 2 is stored already: the plain insert conflicts, the tolerant one skips it.
+    let o = persist(&ctx, &[msg(2), msg(3), msg(4)]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (2, 1, 0));
+    let o = persist(&ctx, &[msg(5)]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (1, 0, 0));
+    let (rows, numbers): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT order_no) FROM voucher_orders WHERE status = 'created'")
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert_eq!((rows, numbers), (5, 5), "each order once, each with its own number");
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stock, 5, "the stock follows the orders created");
+}

@@ -422,3 +422,111 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     assert_eq!(published, 3, "the three orders were published");
     conn.close(200, "done").await.unwrap();
 }
+
+/// The relay's acknowledgement (`lua/outbox_ack.lua`) drops only what no relay
+/// needs: entries another relay read and has not acknowledged stay (for it, or for
+/// the claim after it dies), and so do entries no relay has read yet; once all read
+/// entries are acknowledged they go, and the unread one is still delivered.
+#[tokio::test]
+async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
+    let ns = Namespace::new().await;
+    let redis = test_redis();
+    let mut conn = redis.conn().await.unwrap();
+    let stream = format!("{}:{{ack}}:outbox", ns.name);
+    let group = seckill::keys::RELAY_GROUP;
+    let ack = redis::Script::new(include_str!("../../lua/outbox_ack.lua"));
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let id: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg("o")
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let reader = conn.clone();
+    let read = |consumer: &'static str, count: usize| {
+        let (mut conn, stream) = (reader.clone(), stream.clone());
+        async move {
+            let reply: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(group)
+                .arg(consumer)
+                .arg("COUNT")
+                .arg(count)
+                .arg("STREAMS")
+                .arg(&stream)
+                .arg(">")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            reply
+                .keys
+                .into_iter()
+                .flat_map(|k| k.ids)
+                .map(|e| e.id)
+                .collect::<Vec<String>>()
+        }
+    };
+    let len = |mut conn: seckill::redis_conn::Conn, stream: String| async move {
+        let n: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
+        n
+    };
+    let a = read("relay-a", 2).await;
+    let b = read("relay-b", 2).await;
+    assert_eq!((a.as_slice(), b.as_slice()), (&ids[0..2], &ids[2..4]));
+
+    // b is done with its two, but a still holds the older ones: nothing goes.
+    let dropped: i64 = ack
+        .key(&stream)
+        .arg(group)
+        .arg(&b)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 0);
+    assert_eq!(len(conn.clone(), stream.clone()).await, 5);
+
+    // a is done too: the four read entries go, the unread fifth stays and is delivered.
+    let dropped: i64 = ack
+        .key(&stream)
+        .arg(group)
+        .arg(&a)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 4);
+    assert_eq!(len(conn.clone(), stream.clone()).await, 1);
+    assert_eq!(read("relay-a", 10).await, vec![ids[4].clone()]);
+
+    // Read but not acknowledged: it stays, whatever else is acknowledged.
+    let dropped: i64 = ack
+        .key(&stream)
+        .arg(group)
+        .arg(&a)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 0);
+    assert_eq!(len(conn.clone(), stream.clone()).await, 1);
+    let dropped: i64 = ack
+        .key(&stream)
+        .arg(group)
+        .arg(&ids[4..])
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((dropped, len(conn.clone(), stream.clone()).await), (1, 0));
+}
