@@ -95,7 +95,9 @@ pub fn spawn_all(
     {
         let (admission, stop) = (state.admission.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {
-            let mut every = tokio::time::interval(Duration::from_secs(60));
+            // Often: a crowd of distinct shoppers adds a limiter entry per shopper, and an
+            // entry is forgettable a second after its last request.
+            let mut every = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,

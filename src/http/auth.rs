@@ -57,7 +57,7 @@ struct RecentTokens {
 type TokenShard = std::collections::HashMap<Box<str>, (Caller, u64)>;
 
 /// Tokens kept in all.
-const RECENT_TOKENS: usize = 65_536;
+const RECENT_TOKENS: usize = 32_768;
 const RECENT_SHARDS: usize = 16;
 
 impl RecentTokens {
