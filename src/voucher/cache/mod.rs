@@ -94,6 +94,9 @@ pub struct Entry {
     pub voucher: Voucher,
     /// generation | stamp | sold-out flag (see the constants above).
     state: AtomicU64,
+    /// When [`VoucherCache::put`] stored it (the cache's count of puts; 0 for an
+    /// entry a reload made).
+    put_at: u64,
 }
 
 /// What [`Entry::read_sold_out_flag`] saw before a Redis call, to report the answer against.
@@ -105,6 +108,7 @@ impl Entry {
         Self {
             voucher,
             state: AtomicU64::new(0),
+            put_at: 0,
         }
     }
 
@@ -171,6 +175,8 @@ impl Entry {
 #[derive(Default)]
 pub struct VoucherCache {
     map: RwLock<HashMap<i64, Arc<Entry>>>,
+    /// Puts so far: a reload keeps what was put after it read Postgres.
+    puts: AtomicU64,
 }
 
 impl VoucherCache {
@@ -186,11 +192,12 @@ impl VoucherCache {
 
     /// Inserts or replaces one voucher; a replaced entry starts with no sold-out flag.
     pub fn put(&self, voucher: Voucher) {
-        let entry = Arc::new(Entry::new(voucher));
-        self.map
-            .write()
-            .expect("cache poisoned")
-            .insert(entry.voucher.id, entry);
+        let mut map = self.map.write().expect("cache poisoned");
+        let entry = Arc::new(Entry {
+            put_at: self.puts.fetch_add(1, Ordering::AcqRel) + 1,
+            ..Entry::new(voucher)
+        });
+        map.insert(entry.voucher.id, entry);
     }
 
     pub fn stock_returned(&self, id: i64) {
@@ -201,11 +208,29 @@ impl VoucherCache {
 
     /// Replaces the whole cache from Postgres. Unchanged vouchers keep their entry
     /// (and flag) unless `clear_flags`.
+    ///
+    /// A voucher put while Postgres was being read (a voucher just created, its
+    /// pause) is newer than what the read returned: it stays as it was put. Without
+    /// this a voucher created during a reload vanished from the cache until its
+    /// event was applied, and its first orders got 404.
     pub async fn reload(&self, pg: &PgPool, clear_flags: bool) -> Result<usize> {
+        let read_at = self.puts.load(Ordering::Acquire);
         let all = repo::all(pg).await.context("loading vouchers into the cache")?;
+        Ok(self.install(all, read_at, clear_flags))
+    }
+
+    /// Installs `all`, read from Postgres when the cache had seen `read_at` puts.
+    fn install(&self, all: Vec<Voucher>, read_at: u64, clear_flags: bool) -> usize {
         let mut map = self.map.write().expect("cache poisoned");
-        let mut fresh = HashMap::with_capacity(all.len());
+        let mut fresh: HashMap<i64, Arc<Entry>> = map
+            .iter()
+            .filter(|(_, e)| e.put_at > read_at)
+            .map(|(id, e)| (*id, e.clone()))
+            .collect();
         for v in all {
+            if fresh.contains_key(&v.id) {
+                continue;
+            }
             let entry = match map.remove(&v.id) {
                 Some(old) if old.voucher == v => {
                     if clear_flags {
@@ -218,7 +243,7 @@ impl VoucherCache {
             fresh.insert(entry.voucher.id, entry);
         }
         *map = fresh;
-        Ok(map.len())
+        map.len()
     }
 
     /// Reloads every voucher whose `paused` differs from Postgres's (the paused

@@ -115,3 +115,34 @@ fn the_generation_wraps_without_touching_flag_or_stamp() {
         "the stamp stays in its bits"
     );
 }
+
+fn voucher(id: i64, paused: bool) -> Voucher {
+    Voucher {
+        id,
+        paused,
+        ..entry().voucher
+    }
+}
+
+/// A reload installs what it read from Postgres, but what was put while it read
+/// (a voucher created or paused meanwhile) is newer and stays as it was put.
+#[test]
+fn a_reload_keeps_what_was_put_while_it_read_postgres() {
+    let cache = VoucherCache::default();
+    cache.put(voucher(1, false));
+    cache.put(voucher(2, false));
+    let read_at = cache.puts.load(Ordering::Acquire);
+    // Meanwhile: voucher 3 is created, voucher 2 paused.
+    cache.put(voucher(3, false));
+    cache.put(voucher(2, true));
+    // The read saw neither.
+    let n = cache.install(vec![voucher(1, false), voucher(2, false)], read_at, false);
+    assert_eq!(n, 3);
+    assert!(cache.get(3).is_some(), "a voucher created during the reload stays");
+    assert!(cache.get(2).unwrap().voucher.paused, "a newer put is not undone");
+    // The next reload, which reads after those puts, is the truth again.
+    let read_at = cache.puts.load(Ordering::Acquire);
+    cache.install(vec![voucher(1, false), voucher(2, false)], read_at, false);
+    assert!(cache.get(3).is_none());
+    assert!(!cache.get(2).unwrap().voucher.paused);
+}
