@@ -37,7 +37,13 @@ pub async fn publish_confirmed(
         ..Default::default()
     };
     let confirm = ch
-        .basic_publish(exchange, routing_key, opts, body, props.with_delivery_mode(2))
+        .basic_publish(
+            exchange.into(),
+            routing_key.into(),
+            opts,
+            body,
+            props.with_delivery_mode(2),
+        )
         .await
         .context("publishing")?;
     let confirmation = tokio::time::timeout(timeout, confirm)
@@ -89,10 +95,8 @@ impl Broker {
         // the fault tests) can tell deployments apart on a shared broker.
         let name = format!("seckill:{}", self.keys.namespace());
         let connect = async move {
-            let props = ConnectionProperties::default()
-                .with_executor(tokio_executor_trait::Tokio::current())
-                .with_reactor(tokio_reactor_trait::Tokio)
-                .with_connection_name(name.into());
+            // lapin's `tokio` feature binds the connection to the current runtime.
+            let props = ConnectionProperties::default().with_connection_name(name.into());
             tokio::time::timeout(timeout, Connection::connect(&url, props))
                 .await
                 .context("connecting to RabbitMQ timed out")?
@@ -125,16 +129,21 @@ impl Broker {
             ..Default::default()
         };
         ch.exchange_declare(
-            &k.orders_exchange(),
+            k.orders_exchange().into(),
             ExchangeKind::Direct,
             durable,
             FieldTable::default(),
         )
         .await
         .context("declaring the orders exchange")?;
-        ch.exchange_declare(&k.dead_exchange(), ExchangeKind::Fanout, durable, FieldTable::default())
-            .await
-            .context("declaring the dead-letter exchange")?;
+        ch.exchange_declare(
+            k.dead_exchange().into(),
+            ExchangeKind::Fanout,
+            durable,
+            FieldTable::default(),
+        )
+        .await
+        .context("declaring the dead-letter exchange")?;
 
         let mut args = FieldTable::default();
         // Quorum: replicated and fsynced, faster than a durable classic queue for
@@ -157,13 +166,13 @@ impl Broker {
             durable: true,
             ..Default::default()
         };
-        ch.queue_declare(&k.orders_queue(), queue_opts, args)
+        ch.queue_declare(k.orders_queue().into(), queue_opts, args)
             .await
             .context("declaring the orders queue")?;
         ch.queue_bind(
-            &k.orders_queue(),
-            &k.orders_exchange(),
-            ORDERS_ROUTING_KEY,
+            k.orders_queue().into(),
+            k.orders_exchange().into(),
+            ORDERS_ROUTING_KEY.into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -171,13 +180,13 @@ impl Broker {
         .context("binding the orders queue")?;
 
         // The dead-letter queue is classic: it is read by people, not at speed.
-        ch.queue_declare(&k.dead_queue(), queue_opts, FieldTable::default())
+        ch.queue_declare(k.dead_queue().into(), queue_opts, FieldTable::default())
             .await
             .context("declaring the dead-letter queue")?;
         ch.queue_bind(
-            &k.dead_queue(),
-            &k.dead_exchange(),
-            "",
+            k.dead_queue().into(),
+            k.dead_exchange().into(),
+            "".into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -191,7 +200,7 @@ impl Broker {
         // re-declaration; every message has the same TTL, so expiry stays in order.
         // Classic: quorum queues of this RabbitMQ version do not expire messages.
         ch.exchange_declare(
-            &k.timeout_exchange(),
+            k.timeout_exchange().into(),
             ExchangeKind::Fanout,
             durable,
             FieldTable::default(),
@@ -203,16 +212,16 @@ impl Broker {
             ShortString::from("x-dead-letter-exchange"),
             AMQPValue::LongString(LongString::from(k.timeout_exchange())),
         );
-        ch.queue_declare(&k.delay_queue(), queue_opts, delay_args)
+        ch.queue_declare(k.delay_queue().into(), queue_opts, delay_args)
             .await
             .context("declaring the delay queue")?;
-        ch.queue_declare(&k.timeout_queue(), queue_opts, FieldTable::default())
+        ch.queue_declare(k.timeout_queue().into(), queue_opts, FieldTable::default())
             .await
             .context("declaring the timeout queue")?;
         ch.queue_bind(
-            &k.timeout_queue(),
-            &k.timeout_exchange(),
-            "",
+            k.timeout_queue().into(),
+            k.timeout_exchange().into(),
+            "".into(),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
@@ -238,7 +247,7 @@ impl Broker {
     /// Closes the health-check connection.
     pub async fn close(&self) {
         if let Some(conn) = self.health.lock().await.take() {
-            let _ = conn.close(200, "shutting down").await;
+            let _ = conn.close(200, "shutting down".into()).await;
         }
     }
 
@@ -248,12 +257,12 @@ impl Broker {
         let ch = conn.create_channel().await?;
         let k = &self.keys;
         for q in [k.orders_queue(), k.dead_queue(), k.delay_queue(), k.timeout_queue()] {
-            let _ = ch.queue_delete(&q, Default::default()).await;
+            let _ = ch.queue_delete(q.into(), Default::default()).await;
         }
         for e in [k.orders_exchange(), k.dead_exchange(), k.timeout_exchange()] {
-            let _ = ch.exchange_delete(&e, Default::default()).await;
+            let _ = ch.exchange_delete(e.into(), Default::default()).await;
         }
-        let _ = conn.close(200, "bye").await;
+        let _ = conn.close(200, "bye".into()).await;
         Ok(())
     }
 }

@@ -125,7 +125,7 @@ impl ClockSkew {
                 Ok(_) => failures = 0,
                 Err(e) => {
                     failures += 1;
-                    if failures <= 3 || failures % 30 == 0 {
+                    if failures <= 3 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %format!("{e:#}"), "could not measure the clock's offset; the last measurement stands");
                     }
                 }
@@ -150,7 +150,7 @@ pub async fn measure(pg: &PgPool, clock: &Clock) -> Result<Offset> {
             offset: sent + chrono::Duration::from_std(half)? - theirs,
             uncertainty: half,
         };
-        if best.map_or(true, |b| sample.uncertainty < b.uncertainty) {
+        if best.is_none_or(|b| sample.uncertainty < b.uncertainty) {
             best = Some(sample);
         }
     }

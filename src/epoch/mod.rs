@@ -90,7 +90,7 @@ impl EpochGuard {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
-                    if failures <= 3 || failures % 30 == 0 {
+                    if failures <= 3 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %format!("{e:#}"), "checking the Redis epoch failed");
                     }
                 }

@@ -183,14 +183,14 @@ impl EpochGuard {
         };
         let k = self.broker.keys();
         let orders = ch
-            .queue_declare(&k.orders_queue(), passive, FieldTable::default())
+            .queue_declare(k.orders_queue().into(), passive, FieldTable::default())
             .await
             .context("reading the orders queue depth")?;
         let dead = ch
-            .queue_declare(&k.dead_queue(), passive, FieldTable::default())
+            .queue_declare(k.dead_queue().into(), passive, FieldTable::default())
             .await
             .context("reading the dead-letter queue depth")?;
-        let _ = conn.close(200, "checked").await;
+        let _ = conn.close(200, "checked".into()).await;
         Ok((orders.message_count(), dead.message_count()))
     }
 }

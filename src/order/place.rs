@@ -196,7 +196,7 @@ impl OrderDesk {
         if known_sold_out {
             return Err(Refusal::SoldOut);
         }
-        if !self.redis.identity().get().is_some_and(|v| !v.repairing) {
+        if self.redis.identity().get().is_none_or(|v| v.repairing) {
             // Redis may have gone back in time: no id, no order until it is repaired.
             return Err(unavailable(
                 "this sale is temporarily unavailable while its state is checked",

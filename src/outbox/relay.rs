@@ -153,7 +153,7 @@ impl Relay {
                 }
             }
         }
-        let _ = conn.close(200, "relay stopping").await;
+        let _ = conn.close(200, "relay stopping".into()).await;
         Ok(())
     }
 
@@ -309,7 +309,7 @@ impl Relay {
         let stale = {
             let registry = self.registry.lock().expect("registry poisoned");
             ids.extend(registry.1.iter().cloned());
-            !registry.0.is_some_and(|at| at.elapsed() < REGISTRY_EVERY)
+            registry.0.is_none_or(|at| at.elapsed() >= REGISTRY_EVERY)
         };
         if stale {
             let read: redis::RedisResult<Vec<String>> = async {

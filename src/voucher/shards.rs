@@ -364,7 +364,7 @@ pub async fn run_recovery(
                 Ok(_) => failures = 0,
                 Err(err) => {
                     failures += 1;
-                    if failures <= 3 || failures % 60 == 0 {
+                    if failures <= 3 || failures.is_multiple_of(60) {
                         tracing::warn!(voucher = e.voucher.id, error = %format!("{err:#}"), "completing moves failed");
                     }
                 }

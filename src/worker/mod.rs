@@ -96,8 +96,8 @@ impl Worker {
             .context("enabling confirms on the timeout channel")?;
         let mut consumer = channel
             .basic_consume(
-                &self.broker.keys().orders_queue(),
-                "",
+                self.broker.keys().orders_queue().into(),
+                "".into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
@@ -110,8 +110,8 @@ impl Worker {
             .context("setting the dead-letter prefetch")?;
         let mut dead = dead_channel
             .basic_consume(
-                &self.broker.keys().dead_queue(),
-                "",
+                self.broker.keys().dead_queue().into(),
+                "".into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
@@ -141,7 +141,7 @@ impl Worker {
             self.handle(&timeouts, deliveries, stop).await?;
         }
         // Unacknowledged deliveries return to the queue when the channel closes.
-        let _ = conn.close(200, "worker stopping").await;
+        let _ = conn.close(200, "worker stopping".into()).await;
         Ok(())
     }
 

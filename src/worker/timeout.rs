@@ -46,8 +46,8 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
     ch.basic_qos(16, BasicQosOptions::default()).await?;
     let mut consumer = ch
         .basic_consume(
-            &broker.keys().timeout_queue(),
-            "",
+            broker.keys().timeout_queue().into(),
+            "".into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )
@@ -76,6 +76,6 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
         }
         d.ack(BasicAckOptions::default()).await?;
     }
-    let _ = conn.close(200, "timeout consumer stopping").await;
+    let _ = conn.close(200, "timeout consumer stopping".into()).await;
     Ok(())
 }

@@ -161,8 +161,8 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
     for order in [&first, &first, &sentinel] {
         let body = serde_json::to_vec(&json!({"order_ids": [order.parse::<i64>().unwrap()]})).unwrap();
         ch.basic_publish(
-            "",
-            &ns.keys().timeout_queue(),
+            "".into(),
+            ns.keys().timeout_queue().into(),
             BasicPublishOptions::default(),
             &body,
             BasicProperties::default(),
@@ -172,7 +172,7 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
         .await
         .unwrap();
     }
-    conn.close(200, "done").await.unwrap();
+    conn.close(200, "done".into()).await.unwrap();
     eventually(Duration::from_secs(10), || async {
         let (_, o) = app
             .get(&format!("/api/v1/orders/{sentinel}"), Some(&app.shopper(3)))

@@ -113,7 +113,7 @@ async fn orders_ready(ns: &Namespace) -> u32 {
     let (conn, ch) = ns.broker().open().await.unwrap();
     let queue = ch
         .queue_declare(
-            &ns.keys().orders_queue(),
+            ns.keys().orders_queue().into(),
             QueueDeclareOptions {
                 passive: true,
                 ..Default::default()
@@ -122,7 +122,7 @@ async fn orders_ready(ns: &Namespace) -> u32 {
         )
         .await
         .unwrap();
-    conn.close(200, "done").await.unwrap();
+    conn.close(200, "done".into()).await.unwrap();
     queue.message_count()
 }
 
@@ -132,8 +132,8 @@ async fn publish_raw(ns: &Namespace, body: &[u8]) {
     ch.confirm_select(Default::default()).await.unwrap();
     let confirm = ch
         .basic_publish(
-            &ns.keys().orders_exchange(),
-            ORDERS_ROUTING_KEY,
+            ns.keys().orders_exchange().into(),
+            ORDERS_ROUTING_KEY.into(),
             BasicPublishOptions::default(),
             body,
             BasicProperties::default().with_delivery_mode(2),
@@ -143,7 +143,7 @@ async fn publish_raw(ns: &Namespace, body: &[u8]) {
         .await
         .unwrap();
     assert!(confirm.is_ack());
-    conn.close(200, "done").await.unwrap();
+    conn.close(200, "done".into()).await.unwrap();
 }
 
 #[tokio::test]
@@ -232,8 +232,8 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
     let (conn, ch) = b.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     ch.basic_publish(
-        &ns.keys().dead_exchange(),
-        "",
+        ns.keys().dead_exchange().into(),
+        "".into(),
         BasicPublishOptions::default(),
         &serde_json::to_vec(&batch).unwrap(),
         BasicProperties::default(),
@@ -249,7 +249,7 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
         .await
         .unwrap();
     assert_eq!(statuses, vec!["created"; 3]);
-    conn.close(200, "done").await.unwrap();
+    conn.close(200, "done".into()).await.unwrap();
     app.shutdown().await;
 }
 
@@ -420,7 +420,7 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     ch.confirm_select(Default::default()).await.unwrap();
     let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
     assert_eq!(published, 3, "the three orders were published");
-    conn.close(200, "done").await.unwrap();
+    conn.close(200, "done".into()).await.unwrap();
 }
 
 /// The relay's acknowledgement (`lua/outbox_ack.lua`) drops only what no relay

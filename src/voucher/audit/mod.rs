@@ -246,7 +246,7 @@ async fn queue_ready(broker: &Broker) -> Option<i64> {
         let (conn, ch) = broker.open().await?;
         let q = ch
             .queue_declare(
-                &broker.keys().orders_queue(),
+                broker.keys().orders_queue().into(),
                 QueueDeclareOptions {
                     passive: true,
                     ..Default::default()
@@ -255,7 +255,7 @@ async fn queue_ready(broker: &Broker) -> Option<i64> {
             )
             .await
             .context("reading the orders queue depth");
-        let _ = conn.close(200, "audited").await;
+        let _ = conn.close(200, "audited".into()).await;
         anyhow::Ok(q?.message_count() as i64)
     };
     match tokio::time::timeout(QUEUE_DEADLINE, read).await {
