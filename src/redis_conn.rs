@@ -11,10 +11,11 @@
 //! must not touch an unrepaired server ([`Redis::verified`]) get the connection
 //! together with the epoch it was verified for, or nothing.
 //!
-//! Every command has a response deadline. The connection is always made on the
-//! runtime that created the handle (the main one): actix-web runs each HTTP worker
-//! on a runtime of its own, and a connection born there would die with that worker
-//! when the server stops, while the relay and worker still need it.
+//! Every command has a response deadline. The connection is made on the runtime
+//! that created the handle (the main one): actix-web runs each HTTP worker on a
+//! runtime of its own, and a connection born there would die with that worker when
+//! the server stops, while the relay and worker still need it. The one exception
+//! is [`Redis::on_this_thread`], the order path's handle per HTTP worker thread.
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;

@@ -158,7 +158,8 @@ impl Relay {
     }
 
     /// One round: read up to `batch` entries per outbox, publish them as one message,
-    /// wait for the broker's confirm, then XACK and XDEL them. Returns how many
+    /// wait for the broker's confirm, then acknowledge them and drop them from the
+    /// outbox (`lua/outbox_ack.lua`). Returns how many
     /// orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
         let streams: Vec<String> = self.outboxes().await;
