@@ -17,6 +17,10 @@
 -- nothing below the last-delivered id can still be unread. Acknowledged ids at or
 -- above that floor (another relay still holds older entries) are XDELed as before:
 -- rare, and the stream never keeps what is published.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  -- Gone meanwhile (a repair rebuilt the sale): nothing to acknowledge or drop.
+  return 0
+end
 local group = ARGV[1]
 local n = #ARGV
 local i = 2
