@@ -134,9 +134,9 @@ pub struct OrderDesk {
 }
 
 thread_local! {
-    /// Per order desk (keyed by its `movers`, alive while the desk is), this
-    /// thread's Redis handle.
-    static HOT: std::cell::RefCell<Vec<(usize, std::sync::Weak<Movers>, Redis)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per order desk (known by its `movers`, whose weak reference also tells that
+    /// the desk is gone), this thread's Redis handle.
+    static HOT: std::cell::RefCell<Vec<(std::sync::Weak<Movers>, Redis)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How many moves one order request may ask for before it answers 503.
@@ -288,15 +288,16 @@ impl OrderDesk {
     /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),
     /// made on first use.
     fn on_this_thread(&self) -> Redis {
-        let key = Arc::as_ptr(&self.movers) as usize;
         HOT.with(|hot| {
             let mut hot = hot.borrow_mut();
-            if let Some((_, _, r)) = hot.iter().find(|(k, alive, _)| *k == key && alive.strong_count() > 0) {
+            // A live weak reference to this desk's `movers` is this desk: the
+            // allocation cannot be reused while the reference exists.
+            if let Some((_, r)) = hot.iter().find(|(desk, _)| desk.as_ptr() == Arc::as_ptr(&self.movers)) {
                 return r.clone();
             }
-            hot.retain(|(_, alive, _)| alive.strong_count() > 0);
+            hot.retain(|(desk, _)| desk.strong_count() > 0);
             let r = self.redis.on_this_thread();
-            hot.push((key, Arc::downgrade(&self.movers), r.clone()));
+            hot.push((Arc::downgrade(&self.movers), r.clone()));
             r
         })
     }
