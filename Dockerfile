@@ -5,9 +5,12 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations
+# The admin console and the Swagger UI are compiled into the binary.
+COPY static ./static
 # The workspace names the load generator crate; it is not built into the image.
 COPY bench ./bench
-RUN cargo build --release --bin seckill
+# --locked: the dependencies of Cargo.lock, as tested, or no image.
+RUN cargo build --release --locked --bin seckill
 
 FROM debian:bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \

@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
 """Validates docker-compose.yml without a Docker engine: it must parse as YAML,
 define the services the README promises with what each needs, and point only at
-services and a Dockerfile that exist."""
+services and a Dockerfile that exist. And ship as a careful operator would: no
+secret written in either compose file (each one `${VAR:?...}`, so that `up` refuses
+to start without it), the application connecting to Postgres as a role of its own
+that an init script creates without superuser rights, and an image built with
+`cargo build --locked` from every directory the crate compiles in."""
 import os
+import re
 import subprocess
 import sys
 
@@ -52,6 +57,90 @@ stages = [l for l in dockerfile.splitlines() if l.upper().startswith("FROM ")]
 if len(stages) < 2 or " AS " not in stages[0].upper():
     fail("the Dockerfile must be multi-stage")
 
+# --- secrets: only from the environment, required -------------------------------
+REQUIRED_VAR = re.compile(r"^\$\{[A-Z_][A-Z0-9_]*:\?[^}]*\}$")
+SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|_PASS$|TOKEN|API_KEY)")
+# scheme://user:password@host: the password part.
+URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^:/@]*:((?:\$\{[^}]*\})|[^@]*)@")
+
+
+def check_secrets(file_name, document):
+    for name, svc in (document.get("services") or {}).items():
+        env = svc.get("environment") or {}
+        if isinstance(env, list):
+            env = dict(e.split("=", 1) if "=" in e else (e, "") for e in env)
+        for var, value in env.items():
+            value = "" if value is None else str(value)
+            where = f"{file_name}: {name}.{var}"
+            if SECRET_NAME.search(var) and not REQUIRED_VAR.match(value):
+                fail(f"{where} must come from the environment as ${{VAR:?message}}, not be written in the file")
+            m = URL_PASSWORD.match(value)
+            if m and not REQUIRED_VAR.match(m.group(1)):
+                fail(f"{where} has a password written in its URL; use ${{VAR:?message}}")
+        command = svc.get("command") or []
+        command = " ".join(command) if isinstance(command, list) else str(command)
+        m = re.search(r"--requirepass\s+(\S+)", command)
+        if m and "$" not in m.group(1):
+            fail(f"{file_name}: {name} has a password written in its command")
+
+
+check_secrets(os.path.basename(path), doc)
+
+# --- Postgres: the application is not the superuser ----------------------------
+pg_env = services["postgres"].get("environment") or {}
+superuser = pg_env.get("POSTGRES_USER", "postgres")
+app_url = str((services["api"].get("environment") or {}).get("DATABASE_URL", ""))
+m = re.match(r"^postgres(?:ql)?://([^:@/]+)", app_url)
+if not m:
+    fail("the api's DATABASE_URL must name the role it connects as")
+app_role = m.group(1)
+if app_role == superuser:
+    fail(f"the application connects to Postgres as its superuser {superuser!r}; give it a role of its own")
+init_scripts = []
+for vol in services["postgres"].get("volumes") or []:
+    parts = vol.split(":")
+    if len(parts) >= 2 and parts[1].startswith("/docker-entrypoint-initdb.d"):
+        script = os.path.join(root, parts[0])
+        if not os.path.isfile(script):
+            fail(f"postgres mounts the init script {parts[0]}, which does not exist")
+        init_scripts.append(open(script, encoding="utf-8").read())
+creates = [
+    t for t in init_scripts
+    if "CREATE ROLE" in t and "NOSUPERUSER" in t and "NOCREATEROLE" in t and "OWNER" in t
+]
+if not creates:
+    fail("postgres must mount an init script (/docker-entrypoint-initdb.d) that creates the application's "
+         "role with NOSUPERUSER and NOCREATEROLE and gives it its database (OWNER)")
+role_default = re.search(r"SECKILL_DB_USER:-([A-Za-z0-9_]+)", creates[0])
+role_made = pg_env.get("SECKILL_DB_USER") or (role_default and role_default.group(1))
+if role_made != app_role:
+    fail(f"the init script creates the role {role_made!r} but the application connects as {app_role!r}")
+
+# --- the image: locked dependencies, every compiled-in directory ----------------
+builds = [l for l in dockerfile.splitlines() if re.search(r"\bcargo\s+build\b", l)]
+if not builds:
+    fail("the Dockerfile does not build with cargo")
+for line in builds:
+    if "--locked" not in line:
+        fail(f"the Dockerfile must build with --locked (the tested Cargo.lock): {line.strip()}")
+copied = set()
+for line in dockerfile.splitlines():
+    words = line.split()
+    if words and words[0].upper() == "COPY" and not any(w.startswith("--from") for w in words):
+        copied.update(w.rstrip("/").lstrip("./") for w in words[1:-1])
+needed = set()
+for folder, _, files in os.walk(os.path.join(root, "src")):
+    for f in files:
+        if f.endswith(".rs"):
+            text = open(os.path.join(folder, f), encoding="utf-8").read()
+            for inc in re.findall(r'(?:include_str|include_bytes)!\("([^"]+)"\)', text):
+                target = os.path.relpath(os.path.normpath(os.path.join(folder, inc)), root)
+                needed.add(target.split(os.sep)[0])
+            for inc in re.findall(r'migrate!\("([^"]+)"\)', text):
+                needed.add(os.path.normpath(inc).split(os.sep)[0])
+for top in sorted(needed - copied):
+    fail(f"the Dockerfile does not COPY {top}/, which the crate compiles in")
+
 # The Redis Cluster variant (docker-compose.cluster.yml, layered over the main file).
 cluster_path = os.path.join(root, "docker-compose.cluster.yml")
 with open(cluster_path, encoding="utf-8") as f:
@@ -70,6 +159,7 @@ for name in ["api", "worker"]:
     env = (cservices.get(name) or {}).get("environment") or {}
     if env.get("SECKILL_REDIS_CLUSTER") != "true" or "," not in env.get("REDIS_URL", ""):
         fail(f"{name} of the cluster variant must set SECKILL_REDIS_CLUSTER and list seed nodes")
+check_secrets("docker-compose.cluster.yml", cluster)
 merged = set(services) | set(cservices)
 for name, svc in cservices.items():
     for dep in svc.get("depends_on") or {}:

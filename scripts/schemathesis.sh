@@ -8,7 +8,8 @@
 # cancel and status). Any failure fails the run.
 #
 # It starts its own server (scripts/lib/server.sh: own namespace and database,
-# removed on exit) without rate limits, and calls it with an admin token.
+# removed on exit) without rate limits, and calls it with an admin token (a
+# shopper's on the shopper routes, schemathesis.toml below).
 # scripts/schemathesis_hooks.py states the one rule JSON Schema cannot (a flash
 # sale's begin_at before its end_at).
 #   scripts/schemathesis.sh [path/to/seckill]     (default: the debug build, built if needed)
@@ -29,14 +30,24 @@ fi
 MAX_TIME=${ST_MAX_TIME:-120}
 SEED=${ST_SEED:-$((RANDOM * 32768 + RANDOM))}
 
-export SECKILL_JWT_SECRET=${SECKILL_JWT_SECRET:-schemathesis-$(date +%s)-$$-secret}
+export SECKILL_JWT_SECRET=${SECKILL_JWT_SECRET:-schemathesis-$(date +%s)-$$-secret-0123456789abcdef}
 # Thousands of requests from one address in a minute or two.
-export SECKILL_RATE_LIMIT_PER_IP=0 SECKILL_RATE_LIMIT_PER_USER=0
+export SECKILL_RATE_LIMIT_PER_IP=0 SECKILL_RATE_LIMIT_PER_USER=0 SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER=0
 SERVER_PREFIX=schemathesis
 # shellcheck source=scripts/lib/server.sh
 . scripts/lib/server.sh
 start_server "$BIN"
 ADMIN=$("$BIN" token --user 1 --role admin --ttl-secs 3600 2>/dev/null)
+SHOPPER=$("$BIN" token --user 2 --ttl-secs 3600 2>/dev/null)
+# The shopper routes (order, mine, pay, cancel, an order's status) refuse admin
+# tokens with 403: they get a shopper's, every other operation the admin's.
+cat >"$SERVER_TMP/schemathesis.toml" <<TOML
+headers = { Authorization = "Bearer $ADMIN" }
+
+[[operations]]
+include-path-regex = '^/api/v1/(vouchers/[{]id[}]/orders|orders/)'
+headers = { Authorization = "Bearer $SHOPPER" }
+TOML
 
 # From the temporary directory: schemathesis keeps a cache in the working directory.
 cd "$SERVER_TMP"
@@ -44,13 +55,28 @@ start=$(date +%s)
 # --workers 1: with several, Python 3.11's ast module fails now and then inside
 # hypothesis ("AST constructor recursion depth mismatch", CPython gh-106905), an
 # error of the tool, not of the server. The outer timeout only catches a hang.
-status=0
-PYTHONPATH="$ROOT/scripts" SCHEMATHESIS_HOOKS=schemathesis_hooks \
-  timeout $((MAX_TIME + 180)) st run "$BASE_URL/api-docs/openapi.json" \
-  --checks all --phases examples,coverage,fuzzing,stateful \
-  --max-examples "${ST_MAX_EXAMPLES:-50}" --max-time "$MAX_TIME" --seed "$SEED" --workers 1 \
-  --request-timeout 10 -H "Authorization: Bearer $ADMIN" --no-color >st.out 2>&1 &
-wait $! || status=$?
+# One run; sets `status`.
+run_st() {
+  status=0
+  PYTHONPATH="$ROOT/scripts" SCHEMATHESIS_HOOKS=schemathesis_hooks \
+    timeout $((MAX_TIME + 180)) st run "$BASE_URL/api-docs/openapi.json" \
+    --checks all --phases examples,coverage,fuzzing,stateful \
+    --max-examples "${ST_MAX_EXAMPLES:-50}" --max-time "$MAX_TIME" --seed "$SEED" --workers 1 \
+    --request-timeout 10 --no-color >st.out 2>&1 &
+  wait $! || status=$?
+}
+run_st
+# Exit 124: the tool itself overran its own --max-time by 3 minutes. A server that
+# stops answering is not that: each request gives up after --request-timeout and is
+# reported as a failure (exit 1). Seen once in several runs (stuck in the fuzzing
+# phase, the server idle); the same seed then passed. That one case runs again, once,
+# with a new seed, and says so; any failure of a check is never run again.
+if [ "$status" -eq 124 ]; then
+  tail -n 20 st.out >&2
+  echo "schemathesis.sh: the tool hung past its time budget (seed $SEED); once more with a new seed" >&2
+  SEED=$((RANDOM * 32768 + RANDOM))
+  run_st
+fi
 if [ "$status" -ne 0 ]; then
   cat st.out >&2
   echo "schemathesis.sh: failed (exit $status, seed $SEED; replay with ST_SEED=$SEED)" >&2

@@ -1,6 +1,10 @@
 """Schemathesis hooks for scripts/schemathesis.sh (loaded through SCHEMATHESIS_HOOKS).
 
-One rule of the API that JSON Schema cannot state: a flash sale's `begin_at` must
+Two rules of the API that JSON Schema cannot state. An `Idempotency-Key` sent
+again with another body is refused (422) by design, and the generator repeats
+small keys ("0", "A") across cases: a valid generated key is made unique, so that
+a request the generator means as valid is valid (invalid keys are sent as
+generated). And a flash sale's `begin_at` must
 be before its `end_at` (the document says so in words). A generated body that
 holds two valid times in the wrong order (or equal) gets `end_at` a second or two
 after `begin_at` (or, at the end of the years allowed, `begin_at` before `end_at`;
@@ -9,6 +13,7 @@ valid is valid. Everything else, including every deliberately invalid body, is
 sent as generated.
 """
 import re
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import schemathesis
@@ -39,8 +44,19 @@ def _within_years(t):
     return 1 <= t.year <= 9998
 
 
+_KEY = re.compile(r"^[!-~]{1,255}$")
+
+
+def _unique_key(case):
+    headers = case.headers or {}
+    for name in list(headers):
+        if name.lower() == "idempotency-key" and isinstance(headers[name], str) and _KEY.match(headers[name]):
+            headers[name] = f"st-{uuid.uuid4().hex}"
+
+
 @schemathesis.hook
 def map_case(context, case):
+    _unique_key(case)
     body = case.body
     if context.operation is None or context.operation.path != "/api/v1/admin/vouchers":
         return case

@@ -12,6 +12,9 @@ use std::time::Duration;
 /// The development JWT secret used when `SECKILL_JWT_SECRET` is not set.
 pub const DEV_JWT_SECRET: &str = "seckill-development-secret-do-not-use-in-production";
 
+/// The shortest `SECKILL_JWT_SECRET` accepted.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
 /// A string that must not reach a log line.
 #[derive(Clone)]
 pub struct Secret(String);
@@ -31,6 +34,9 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// `SECKILL_JWT_MAX_TTL_SECS`'s default: a day.
+pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
+
 /// Everything the process needs to know, validated.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -47,11 +53,22 @@ pub struct Settings {
     pub amqp_url: Secret,
     pub namespace: String,
     pub jwt_secret: Secret,
-    /// True when no secret was configured and the development one is in use.
+    /// True when no secret was configured and the development one is in use
+    /// (allowed on a loopback address only, see [`Settings::check_bind`]).
     pub jwt_secret_is_dev: bool,
+    /// Longest token lifetime accepted (`SECKILL_JWT_MAX_TTL_SECS`, default a day).
+    pub jwt_max_ttl_secs: u64,
+    /// Required `iss` of tokens (`SECKILL_JWT_ISSUER`), when set.
+    pub jwt_issuer: Option<String>,
+    /// Required `aud` of tokens (`SECKILL_JWT_AUDIENCE`), when set.
+    pub jwt_audience: Option<String>,
     pub time_zone: Tz,
     pub payment_window: Duration,
     pub rate_limit_per_user: u32,
+    /// Pay and cancel requests per second per shopper, together
+    /// (`SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`; 0: none). Each waits for the
+    /// shopper's lock, so this bounds the waiters one shopper can pile up.
+    pub rate_limit_pay_cancel_per_user: u32,
     pub rate_limit_per_ip: u32,
     pub max_in_flight: usize,
     /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
@@ -91,6 +108,10 @@ pub struct Settings {
     /// How far this process's clock may be from Postgres's before orders get 503
     /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
     pub max_clock_skew: Option<Duration>,
+    /// How long an id that has no voucher is remembered as such, so that asking
+    /// again does not reach Postgres (`SECKILL_MISSING_VOUCHER_TTL_MS`, default 1 s;
+    /// 0: not remembered). A voucher created meanwhile shows at once anyway.
+    pub missing_voucher_ttl: Duration,
     /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
     pub http_workers: usize,
     /// Threads of the runtime that runs the relay, the worker and the other
@@ -112,8 +133,16 @@ impl Settings {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let (jwt_secret, jwt_secret_is_dev) = match var("SECKILL_JWT_SECRET") {
-            Some(s) if s.len() < 16 => bail!("SECKILL_JWT_SECRET must be at least 16 bytes"),
-            Some(s) => (Secret::new(s), false),
+            // HS256's key is as strong as its length: 32 bytes, the hash's size.
+            Some(s) if s.len() < MIN_JWT_SECRET_BYTES => bail!(
+                "SECKILL_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes, got {} (e.g. openssl rand -hex 32)",
+                s.len()
+            ),
+            // The development secret set by hand is still the published one.
+            Some(s) => {
+                let dev = s == DEV_JWT_SECRET;
+                (Secret::new(s), dev)
+            }
             None => (Secret::new(DEV_JWT_SECRET), true),
         };
         let namespace = var("SECKILL_NAMESPACE").unwrap_or_else(|| "seckill".into());
@@ -135,9 +164,20 @@ impl Settings {
             namespace,
             jwt_secret,
             jwt_secret_is_dev,
+            jwt_max_ttl_secs: num(
+                &var,
+                "SECKILL_JWT_MAX_TTL_SECS",
+                DEFAULT_JWT_MAX_TTL_SECS,
+                60,
+                366 * 86_400,
+            )?,
+            jwt_issuer: var("SECKILL_JWT_ISSUER"),
+            jwt_audience: var("SECKILL_JWT_AUDIENCE"),
             time_zone,
             payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
             rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
+            rate_limit_pay_cancel_per_user: num(&var, "SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER", 5, 0, 1_000_000)?
+                as u32,
             rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 2000, 0, 10_000_000)? as u32,
             max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
             migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
@@ -163,10 +203,47 @@ impl Settings {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            missing_voucher_ttl: Duration::from_millis(num(
+                &var,
+                "SECKILL_MISSING_VOUCHER_TTL_MS",
+                1000,
+                0,
+                3_600_000,
+            )?),
             http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
             runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };
         Ok(s)
+    }
+}
+
+impl Settings {
+    /// Refuses to serve HTTP with the development secret (published in the
+    /// repository: anyone could mint admin tokens) on anything but a loopback
+    /// address, whether the variable is unset or set to that secret. A name that
+    /// cannot be resolved now is refused too (it could resolve to a public address
+    /// by the time the server binds).
+    pub fn check_bind(&self) -> Result<()> {
+        use std::net::ToSocketAddrs;
+        if !self.jwt_secret_is_dev {
+            return Ok(());
+        }
+        let addrs: Vec<_> = self.http_addr.to_socket_addrs().map(|a| a.collect()).with_context(|| {
+            format!(
+                "SECKILL_JWT_SECRET is the development secret and SECKILL_HTTP_ADDR ({}) does not resolve: \
+                     set SECKILL_JWT_SECRET to {MIN_JWT_SECRET_BYTES}+ random bytes (e.g. openssl rand -hex 32)",
+                self.http_addr
+            )
+        })?;
+        if addrs.iter().any(|a: &std::net::SocketAddr| !a.ip().is_loopback()) {
+            bail!(
+                "SECKILL_JWT_SECRET is not set (or is the development secret) and SECKILL_HTTP_ADDR ({}) is not a loopback address: \
+                 the development secret is public, anyone could mint admin tokens; \
+                 set SECKILL_JWT_SECRET to {MIN_JWT_SECRET_BYTES}+ random bytes (e.g. openssl rand -hex 32)",
+                self.http_addr
+            );
+        }
+        Ok(())
     }
 }
 
@@ -236,6 +313,7 @@ mod tests {
             ("SECKILL_JWT_SECRET", "short"),
             ("SECKILL_MIGRATE_ON_START", "maybe"),
             ("SECKILL_MAX_CLOCK_SKEW_MS", "-1"),
+            ("SECKILL_JWT_MAX_TTL_SECS", "10"),
         ] {
             let err = with(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");
@@ -243,8 +321,32 @@ mod tests {
     }
 
     #[test]
+    fn the_development_secret_serves_loopback_only() {
+        assert!(with(&[]).unwrap().check_bind().is_ok());
+        assert!(with(&[("SECKILL_HTTP_ADDR", "[::1]:0")]).unwrap().check_bind().is_ok());
+        for addr in ["0.0.0.0:8080", "[::]:8080", "10.1.2.3:8080"] {
+            let err = with(&[("SECKILL_HTTP_ADDR", addr)])
+                .unwrap()
+                .check_bind()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("SECKILL_JWT_SECRET"), "{err}");
+        }
+        let s = with(&[
+            ("SECKILL_HTTP_ADDR", "0.0.0.0:8080"),
+            ("SECKILL_JWT_SECRET", &"k".repeat(32)),
+        ])
+        .unwrap();
+        assert!(s.check_bind().is_ok());
+        let err = with(&[("SECKILL_JWT_SECRET", &"k".repeat(31))])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 32 bytes"), "{err}");
+    }
+
+    #[test]
     fn secrets_do_not_show_in_debug() {
-        let s = with(&[("SECKILL_JWT_SECRET", "a-very-secret-value-123")]).unwrap();
+        let s = with(&[("SECKILL_JWT_SECRET", "a-very-secret-value-123-0123456789")]).unwrap();
         assert!(!format!("{s:?}").contains("a-very-secret"));
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! The order path records its outcome and the Lua latency; the relay its batches,
 //! confirms and lag; the worker its batch sizes, persist latency and results; a
-//! middleware the HTTP latency by route. The outbox backlog is read from Redis when
-//! scraped.
+//! middleware the HTTP latency by route pattern and method, whose labels the code
+//! bounds (see [`crate::http::admission`]). The outbox backlog is read from Redis
+//! by a background task ([`crate::http::health`]), never per scrape.
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -32,6 +33,9 @@ pub struct Metrics {
     pub redis_repairing: IntGauge,
     /// Repairs this process completed.
     pub redis_repairs: IntCounter,
+    /// How long each sale a repair rebuilt was closed: from the repair's new epoch to
+    /// the sale selling again (one observation per sale).
+    pub repair_closed_seconds: Histogram,
     /// Incidents the worker met: id_collision (an id another order already had),
     /// number_collision (an order_no already taken), late_conflict (an order in
     /// flight across a repair whose unit or shopper was sold again), dead_lettered
@@ -146,6 +150,17 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            repair_closed_seconds: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "redis_repair_closed_seconds",
+                        "How long each sale a repair rebuilt was closed (from the new epoch to selling again)",
+                    )
+                    .buckets(exponential_buckets(0.05, 2.0, 14).unwrap()),
+                )
+                .unwrap(),
+            ),
             worker_incidents: reg(
                 &r,
                 IntCounterVec::new(
@@ -205,19 +220,31 @@ impl Default for Metrics {
     }
 }
 
-/// The route label of a path: numeric segments become `{id}`, so that the label
-/// set stays small without re-running the router's patterns.
-pub fn route_label(path: &str) -> String {
-    path.split('/')
-        .map(|seg| {
-            if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
-                "{id}"
-            } else {
-                seg
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("/")
+/// The method label: the methods HTTP defines, and `other` for anything a client
+/// made up, so that clients cannot grow the label set.
+pub fn method_label(m: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
+/// Whether a path is the order endpoint's (`/api/v1/vouchers/<digits>/orders`),
+/// without running the router: the admission middleware counts the order requests
+/// it refuses before routing.
+pub fn is_order_path(path: &str) -> bool {
+    path.strip_prefix("/api/v1/vouchers/")
+        .and_then(|rest| rest.strip_suffix("/orders"))
+        .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -225,12 +252,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn route_labels_hide_ids() {
-        assert_eq!(
-            route_label("/api/v1/vouchers/123/orders"),
-            "/api/v1/vouchers/{id}/orders"
-        );
-        assert_eq!(route_label("/health/live"), "/health/live");
+    fn labels_are_bounded_by_the_code() {
+        use actix_web::http::Method;
+        assert_eq!(method_label(&Method::POST), "POST");
+        assert_eq!(method_label(&Method::from_bytes(b"M17").unwrap()), "other");
+        assert!(is_order_path("/api/v1/vouchers/123/orders"));
+        assert!(!is_order_path("/api/v1/vouchers/12x/orders"));
+        assert!(!is_order_path("/api/v1/vouchers//orders"));
+        assert!(!is_order_path("/api/v1/vouchers/1/orders/mine"));
     }
 
     #[test]

@@ -38,14 +38,55 @@ pub fn required<'a>(obj: &'a Map<String, Value>, field: &str) -> Result<&'a Valu
     optional(obj, field).ok_or_else(|| ValidationError::new(field, "is required"))
 }
 
-/// A string of at most `max_chars` characters, if given. No NUL characters: a
-/// Postgres text cannot hold them (it refuses the row).
-pub fn text(obj: &Map<String, Value>, field: &str, max_chars: usize) -> Result<Option<String>, ValidationError> {
+/// What a text field may hold besides printable characters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lines {
+    /// One line (a title): no control character at all.
+    One,
+    /// Several lines (rules): line feeds, carriage returns and tabs too.
+    Many,
+}
+
+/// The characters [`text`] refuses, as the inside of a regular expression's
+/// character class (the OpenAPI document's `pattern`s).
+pub fn refused_class(lines: Lines) -> &'static str {
+    match lines {
+        Lines::One => "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069",
+        Lines::Many => {
+            "\\u0000-\\u0008\\u000b\\u000c\\u000e-\\u001f\\u007f-\\u009f\\u061c\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069"
+        }
+    }
+}
+
+/// Control characters (C0, DEL, C1) and the bidirectional formatting characters
+/// (marks, embeddings, overrides, isolates): invisible, they make a title read
+/// differently from what it holds (an override reverses the text after it in
+/// every page and log that shows it), and NUL cannot be stored in Postgres.
+fn refused(c: char, lines: Lines) -> bool {
+    let allowed_control = lines == Lines::Many && matches!(c, '\n' | '\r' | '\t');
+    (c.is_control() && !allowed_control)
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A string of at most `max_chars` characters, if given, without the characters
+/// [`refused`] names.
+pub fn text(
+    obj: &Map<String, Value>,
+    field: &str,
+    max_chars: usize,
+    lines: Lines,
+) -> Result<Option<String>, ValidationError> {
     let Some(s) = optional(obj, field).map(|v| string(v, field)).transpose()? else {
         return Ok(None);
     };
-    if s.contains('\0') {
-        return Err(ValidationError::new(field, "must not contain NUL characters (U+0000)"));
+    if let Some(c) = s.chars().find(|c| refused(*c, lines)) {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "must not contain control or bidirectional formatting characters (found U+{:04X})",
+                c as u32
+            ),
+        ));
     }
     if s.chars().count() > max_chars {
         return Err(ValidationError::new(
@@ -133,11 +174,23 @@ mod tests {
     }
 
     #[test]
-    fn text_refuses_nul_characters() {
-        let obj = json!({"title": "a\u{0}b", "rules": "ab"});
+    fn text_refuses_control_and_bidi_characters() {
+        let obj = json!({"title": "a\u{0}b", "rules": "ab\n\tc\r\n", "rlo": "x\u{202e}y", "bell": "\u{7}",
+                         "c1": "\u{85}", "isolate": "\u{2068}", "mark": "\u{200f}", "line": "a\nb",
+                         "ok": "100 元 off — ünïcödé ✓ عربي"});
         let obj = obj.as_object().unwrap();
-        assert_eq!(text(obj, "title", 10).unwrap_err().field, "title");
-        assert_eq!(text(obj, "rules", 10), Ok(Some("ab".to_owned())));
+        for field in ["title", "rlo", "bell", "c1", "isolate", "mark", "line"] {
+            let e = text(obj, field, 100, Lines::One).unwrap_err();
+            assert_eq!(e.field, field);
+        }
+        for field in ["title", "rlo", "bell", "c1", "isolate", "mark"] {
+            assert!(text(obj, field, 100, Lines::Many).is_err(), "{field}");
+        }
+        assert_eq!(text(obj, "rules", 10, Lines::Many), Ok(Some("ab\n\tc\r\n".to_owned())));
+        assert!(
+            text(obj, "ok", 100, Lines::One).is_ok(),
+            "right-to-left script is text, not formatting"
+        );
     }
 
     #[test]

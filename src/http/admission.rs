@@ -1,8 +1,12 @@
 //! Admission control, all in-process (no Redis round trip):
 //! - per-client-address rate limit on every API request;
-//! - per-shopper rate limit on order requests ([`Admission::check_user`]);
+//! - per-shopper rate limit on order requests ([`Admission::check_user`]), and one
+//!   of its own on pay and cancel together ([`Admission::check_pay_cancel`]);
 //! - a bound on requests in flight per instance, beyond which requests are shed at
-//!   once with 503 instead of queueing until clients time out.
+//!   once with 503 instead of queueing until clients time out;
+//! - a small budget of its own for the admin (valid admin tokens on
+//!   `/api/v1/admin/*`, and the console page), so that the pause meant for an
+//!   overload works in one ([`budget_of`]).
 //!
 //! Health and metrics endpoints are exempt, so that an overloaded instance is not
 //! also declared dead. The client address is the TCP peer: behind a proxy, put the
@@ -26,10 +30,39 @@ type Keyed<K> = RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock>;
 
 pub struct Admission {
     per_user: Option<Keyed<i64>>,
+    per_user_pay_cancel: Option<Keyed<i64>>,
     per_ip: Option<Keyed<IpAddr>>,
     max_in_flight: usize,
     in_flight: AtomicUsize,
+    /// The admin's own budgets (see [`budget_of`]): the admin API's, and the
+    /// console page's (anyone may load it: its flood must not take the API's).
+    admin_in_flight: AtomicUsize,
+    console_in_flight: AtomicUsize,
 }
+
+/// Requests in flight the admin's budget takes: the console polls once a second
+/// and an operator clicks; this is plenty, and small enough to cost nothing.
+const ADMIN_MAX_IN_FLIGHT: usize = 32;
+
+/// Which of the admin's budgets a request goes on instead of the crowd's, if any:
+/// the console's static files (exactly those paths: `/admin/<junk>` is the
+/// crowd's), or an `/api/v1/admin/*` request carrying a valid admin token. The
+/// token is checked here (an HMAC, or the cache of verified tokens), so that a
+/// flood of admin paths with junk tokens shares the crowd's in-flight cap and
+/// per-address limit and cannot take the admin's budget; the console's files have
+/// a budget of their own, so that a flood of them cannot either.
+fn budget_of<'a>(req: &ServiceRequest, adm: &'a Admission) -> Option<&'a AtomicUsize> {
+    let path = req.path();
+    if CONSOLE_PATHS.contains(&path) {
+        return Some(&adm.console_in_flight);
+    }
+    let admin = path.starts_with("/api/v1/admin/")
+        && super::auth::caller_of(req.request()).is_ok_and(|c| c.role == super::auth::Role::Admin);
+    admin.then_some(&adm.admin_in_flight)
+}
+
+/// The admin console's routes (`src/http/console.rs`).
+const CONSOLE_PATHS: [&str; 4] = ["/admin", "/admin/", "/admin/console.css", "/admin/console.js"];
 
 fn limiter<K: std::hash::Hash + Eq + Clone>(per_sec: u32) -> Option<Keyed<K>> {
     // Burst = one second's worth: a shopper may click a few times at once.
@@ -51,38 +84,51 @@ fn rate_limited(wait: Duration, what: &str) -> ApiError {
     e
 }
 
+/// 429 `rate_limited` with `Retry-After` when `key` is over its quota (none: no limit).
+fn check_key<K: std::hash::Hash + Eq + Clone>(limiter: &Option<Keyed<K>>, key: &K, what: &str) -> Result<(), ApiError> {
+    match limiter {
+        Some(l) => l
+            .check_key(key)
+            .map_err(|nu| rate_limited(nu.wait_time_from(DefaultClock::default().now()), what)),
+        None => Ok(()),
+    }
+}
+
 impl Admission {
     pub fn new(s: &Settings) -> Self {
         Self {
             per_user: limiter(s.rate_limit_per_user),
+            per_user_pay_cancel: limiter(s.rate_limit_pay_cancel_per_user),
             per_ip: limiter(s.rate_limit_per_ip),
             max_in_flight: s.max_in_flight,
             in_flight: AtomicUsize::new(0),
+            admin_in_flight: AtomicUsize::new(0),
+            console_in_flight: AtomicUsize::new(0),
         }
     }
 
     /// The per-shopper limit of order requests.
     pub fn check_user(&self, user: i64) -> Result<(), ApiError> {
-        match &self.per_user {
-            Some(l) => l
-                .check_key(&user)
-                .map_err(|nu| rate_limited(nu.wait_time_from(DefaultClock::default().now()), "for this shopper")),
-            None => Ok(()),
-        }
+        check_key(&self.per_user, &user, "for this shopper")
+    }
+
+    /// The per-shopper limit of pay and cancel requests (one quota for both),
+    /// checked before the request waits for the shopper's lock: a storm of one
+    /// shopper's requests is answered 429 at once instead of queueing on the lock.
+    pub fn check_pay_cancel(&self, user: i64) -> Result<(), ApiError> {
+        check_key(&self.per_user_pay_cancel, &user, "for this shopper")
     }
 
     fn check_ip(&self, ip: Option<IpAddr>) -> Result<(), ApiError> {
-        match (&self.per_ip, ip) {
-            (Some(l), Some(ip)) => l
-                .check_key(&ip)
-                .map_err(|nu| rate_limited(nu.wait_time_from(DefaultClock::default().now()), "from this address")),
-            _ => Ok(()),
+        match ip {
+            Some(ip) => check_key(&self.per_ip, &ip, "from this address"),
+            None => Ok(()),
         }
     }
 
     /// Forgets idle keys so the limiters' memory follows the active clients.
     pub fn forget_idle(&self) {
-        if let Some(l) = &self.per_user {
+        for l in [&self.per_user, &self.per_user_pay_cancel].into_iter().flatten() {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -104,30 +150,32 @@ impl Drop for InFlight<'_> {
 
 /// The middleware: records HTTP latency by route; sheds beyond the in-flight
 /// bound (cheapest check first), then applies the per-address limit.
+///
+/// The labels are bounded by the code, not by clients: the route is the pattern
+/// actix matched (read from the request's resource path, no regex re-run) or one
+/// `unmatched` (no route took the path, or admission answered before routing);
+/// the method is one of HTTP's or `other`.
 pub async fn admit(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let started = std::time::Instant::now();
-    let method = req.method().clone();
-    let route = crate::metrics::route_label(req.path());
+    let method = crate::metrics::method_label(req.method());
+    let order_path = method == "POST" && crate::metrics::is_order_path(req.path());
     let metrics = req
         .app_data::<web::Data<crate::metrics::Metrics>>()
         .map(|m| m.clone().into_inner());
-    let resp = admit_inner(req, next).await;
+    let (resp, routed) = admit_inner(req, next).await;
     if let (Some(m), Ok(r)) = (metrics, &resp) {
         let status = r.status();
-        // Paths no route matched share one label, so that scanners cannot grow the
-        // label set (the default handler marks them).
-        let route = if r.request().extensions().get::<Unmatched>().is_some() {
-            "unmatched"
-        } else {
-            route.as_str()
-        };
+        let pattern = (routed && r.request().extensions().get::<Unmatched>().is_none())
+            .then(|| r.request().match_pattern())
+            .flatten();
+        let route = pattern.as_deref().unwrap_or("unmatched");
         m.http_seconds
-            .with_label_values(&[method.as_str(), route, status.as_str()])
+            .with_label_values(&[method, route, status.as_str()])
             .observe(started.elapsed().as_secs_f64());
-        if method == actix_web::http::Method::POST && route.ends_with("/orders") {
+        if order_path {
             // Refusals that never reached the order handler.
             match status.as_u16() {
                 429 if r.request().extensions().get::<HandlerRan>().is_none() => m.order("rate_limited"),
@@ -147,28 +195,40 @@ pub struct Unmatched;
 #[derive(Clone, Copy)]
 pub struct HandlerRan;
 
-async fn admit_inner(
-    req: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error> {
+type Answer = Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error>;
+
+/// The answer, and whether the request went on to the router (false: admission
+/// answered it itself).
+async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> (Answer, bool) {
     let path = req.path();
     if path.starts_with("/health/") || path == "/metrics" {
-        return next.call(req).await.map(|r| r.map_into_boxed_body());
+        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
     }
     let Some(adm) = req.app_data::<web::Data<Admission>>().cloned() else {
-        return next.call(req).await.map(|r| r.map_into_boxed_body());
+        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
     };
+    if let Some(budget) = budget_of(&req, &adm) {
+        // Exempt from the per-address limit too: the admin may sit behind the same
+        // proxy as the crowd.
+        let now = budget.fetch_add(1, Ordering::AcqRel) + 1;
+        let _guard = InFlight(budget);
+        // `SECKILL_MAX_IN_FLIGHT=0` turns every in-flight bound off, the admin's too.
+        if adm.max_in_flight > 0 && now > ADMIN_MAX_IN_FLIGHT {
+            let e = ApiError::unavailable("too many admin requests in flight, retry shortly", 1);
+            return (Ok(req.error_response(e).map_into_boxed_body()), false);
+        }
+        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
+    }
     let now = adm.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
     let _guard = InFlight(&adm.in_flight);
     if adm.max_in_flight > 0 && now > adm.max_in_flight {
-        return Ok(req
-            .error_response(ApiError::unavailable("this instance is at capacity, retry shortly", 1))
-            .map_into_boxed_body());
+        let e = ApiError::unavailable("this instance is at capacity, retry shortly", 1);
+        return (Ok(req.error_response(e).map_into_boxed_body()), false);
     }
     if let Err(e) = adm.check_ip(req.peer_addr().map(|a| a.ip())) {
-        return Ok(req.error_response(e).map_into_boxed_body());
+        return (Ok(req.error_response(e).map_into_boxed_body()), false);
     }
-    next.call(req).await.map(|r| r.map_into_boxed_body())
+    (next.call(req).await.map(|r| r.map_into_boxed_body()), true)
 }
 
 #[cfg(test)]

@@ -33,6 +33,11 @@ pub struct ErrorDetail<'a> {
     /// For people. For `validation_failed` it starts with the field's name:
     /// `"stock: must be >= 0"`.
     pub message: &'a str,
+    /// With `already_ordered`: the shopper's existing order for the voucher (its
+    /// status is at `/api/v1/orders/{order_id}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[1-9][0-9]{0,18}$", example = "391859222515548161")]
+    pub order_id: Option<String>,
 }
 
 #[derive(Debug)]
@@ -41,6 +46,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub retry_after_secs: Option<u64>,
+    /// The existing order an `already_ordered` names.
+    pub order_id: Option<i64>,
 }
 
 impl ApiError {
@@ -50,6 +57,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_secs: None,
+            order_id: None,
         }
     }
 
@@ -97,11 +105,17 @@ impl ApiError {
     }
 }
 
-/// Connection loss and timeouts are the dependency's state, not our bug: 503, not 500.
+/// Connection loss and timeouts are the dependency's state, not our bug: 503, not
+/// 500; so is a Redis that fails over, is a replica or loads its data (`MOVED`,
+/// `CLUSTERDOWN`, `READONLY`, `LOADING`, …), or cannot take a write for now (`OOM`,
+/// `NOREPLICAS`, `BUSY`, `MISCONF`); see [`crate::redis_conn::is_transient`].
 fn is_dependency_down(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
+        if cause.is::<crate::voucher::shards::NoConsistentReading>() {
+            return true;
+        }
         if let Some(e) = cause.downcast_ref::<redis::RedisError>() {
-            return e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal();
+            return crate::redis_conn::is_transient(e);
         }
         if let Some(e) = cause.downcast_ref::<sqlx::Error>() {
             return match e {
@@ -138,6 +152,7 @@ impl ResponseError for ApiError {
             error: ErrorDetail {
                 code: self.code,
                 message: &self.message,
+                order_id: self.order_id.map(|id| id.to_string()),
             },
         })
     }
@@ -154,7 +169,10 @@ impl From<crate::order::place::Refusal> for ApiError {
             Refusal::Ended(_) => ApiError::conflict("sale_ended", message),
             Refusal::Paused => ApiError::conflict("sale_paused", message),
             Refusal::SoldOut => ApiError::conflict("sold_out", message),
-            Refusal::AlreadyOrdered => ApiError::conflict("already_ordered", message),
+            Refusal::AlreadyOrdered(order_id) => ApiError {
+                order_id,
+                ..ApiError::conflict("already_ordered", message)
+            },
             Refusal::Unavailable { retry_after_secs, .. } => ApiError::unavailable(message, retry_after_secs),
             Refusal::Failed(e) => e.into(),
         }

@@ -7,6 +7,7 @@
 //! against it). The responses endpoints share (errors, shedding) are defined once
 //! below, as `IntoResponses` types that are never built, and each handler's
 //! `#[utoipa::path]` lists them by name.
+use super::doc_headers::RequestIdHeader;
 use super::doc_links::{IdParams, Links};
 use super::error::{ErrorBody, ErrorDetail};
 use super::responses::{RateLimited, Unavailable};
@@ -14,14 +15,16 @@ use crate::order::{Accepted, Order};
 use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::Rule;
 use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
-use crate::voucher::live::RelayState;
+use crate::voucher::live::{RelayState, ShardRelay};
 use crate::voucher::model::AddStock;
 use crate::voucher::view::{
     LiveSale, OrderCounts, PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage,
     VoucherWithStats,
 };
 use crate::voucher::{FlashSale, NewVoucher, Voucher};
+use actix_web::http::header;
 use actix_web::{web, HttpResponse};
+use std::sync::LazyLock;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -48,12 +51,14 @@ impl Modify for BearerAuth {
     paths(
         super::vouchers::create,
         super::vouchers::admin_get,
-        super::vouchers::add_stock,
+        super::stock::add_stock,
         super::vouchers::admin_audit,
         super::sales::admin_list,
         super::sales::pause,
         super::sales::resume,
         super::sales::live,
+        super::repair::redis_state,
+        super::repair::abandon,
         super::vouchers::list,
         super::vouchers::public_get,
         super::orders::place,
@@ -71,10 +76,10 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats, ShardStats,
-        PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
-        Rule, RuleRequest, NextRequest, NextValues,
+        PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ShardRelay, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
+        Rule, RuleRequest, NextRequest, NextValues, super::repair::RedisState, super::repair::WorkerSeen, super::repair::Abandon,
     )),
-    modifiers(&BearerAuth, &IdParams, &Links),
+    modifiers(&BearerAuth, &IdParams, &Links, &RequestIdHeader),
 )]
 pub struct ApiDoc;
 
@@ -82,19 +87,48 @@ pub struct ApiDoc;
 #[utoipa::path(get, path = "/api-docs/openapi.json", tag = "docs",
     responses((status = 200, description = "OpenAPI 3 document"), RateLimited, Unavailable))]
 pub async fn openapi_json() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+    HttpResponse::Ok().content_type("application/json").body(document())
 }
 
+/// The document, serialised once per process: it cannot change while the
+/// process runs, and building it (every schema, then the modifiers) costs far
+/// more than sending it, which anyone may ask for as often as they like.
+pub fn document() -> &'static [u8] {
+    static DOCUMENT: LazyLock<Vec<u8>> =
+        LazyLock::new(|| serde_json::to_vec(&ApiDoc::openapi()).expect("the OpenAPI document serialises"));
+    &DOCUMENT
+}
+
+/// The Swagger UI page. Its one script of its own is a file (`init.js`), not
+/// inline, so that the page runs under a CSP that allows only this origin's
+/// files: a script injected into the page (through the document, say) does not run.
 const INDEX: &str = r##"<!doctype html>
 <html><head><meta charset="utf-8"><title>seckill API</title>
 <link rel="stylesheet" href="/api-docs/swagger-ui.css"></head>
 <body><div id="swagger-ui"></div>
 <script src="/api-docs/swagger-ui-bundle.js"></script>
-<script>window.ui = SwaggerUIBundle({url: "/api-docs/openapi.json", dom_id: "#swagger-ui"});</script>
+<script src="/api-docs/init.js"></script>
 </body></html>"##;
 
+const INIT: &str = r##"window.ui = SwaggerUIBundle({url: "/api-docs/openapi.json", dom_id: "#swagger-ui"});
+"##;
+
+/// This origin's scripts, styles and document only. Swagger UI sets some styles
+/// from its script (style attributes it renders: `'unsafe-inline'` for styles,
+/// never for scripts) and draws icons from `data:` images.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; \
+     img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 async fn index() -> HttpResponse {
-    HttpResponse::Ok().content_type("text/html; charset=utf-8").body(INDEX)
+    HttpResponse::Ok()
+        .content_type("text/html; charset=utf-8")
+        .insert_header((header::CONTENT_SECURITY_POLICY, CSP))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .body(INDEX)
+}
+
+async fn init() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/javascript").body(INIT)
 }
 
 async fn bundle() -> HttpResponse {
@@ -110,20 +144,22 @@ async fn css() -> HttpResponse {
 }
 
 /// The Swagger UI's pages and assets: GET routes the document does not describe.
-pub const UI_PAGES: [&str; 4] = [
+pub const UI_PAGES: [&str; 5] = [
     "/api-docs/",
     "/api-docs",
     "/api-docs/swagger-ui-bundle.js",
     "/api-docs/swagger-ui.css",
+    "/api-docs/init.js",
 ];
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    let [index_slash, index_bare, js, style] = UI_PAGES;
+    let [index_slash, index_bare, js, style, init_js] = UI_PAGES;
     cfg.route("/api-docs/openapi.json", web::get().to(openapi_json))
         .route(index_slash, web::get().to(index))
         .route(index_bare, web::get().to(index))
         .route(js, web::get().to(bundle))
-        .route(style, web::get().to(css));
+        .route(style, web::get().to(css))
+        .route(init_js, web::get().to(init));
 }
 
 #[cfg(test)]
@@ -133,6 +169,14 @@ mod tests {
 
     /// Every link rule finds its operation and at least one target, and every
     /// link names an operation of the document and a parameter it has.
+    /// The document is built once: every call hands out the same bytes.
+    #[test]
+    fn the_document_is_built_once() {
+        assert!(std::ptr::eq(document(), document()));
+        let doc: serde_json::Value = serde_json::from_slice(document()).unwrap();
+        assert_eq!(doc, serde_json::to_value(ApiDoc::openapi()).unwrap());
+    }
+
     #[test]
     fn every_link_rule_links_existing_operations() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();

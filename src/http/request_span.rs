@@ -1,5 +1,6 @@
 //! The root span of every request (it carries the request id that every log line of
-//! the request shows).
+//! the request shows: the one [`super::request_id`] put on the request and on its
+//! answer's `X-Request-Id`).
 //!
 //! tracing-actix-web's default builder also logs every 4xx response as a warning.
 //! In a flash sale most answers are 409 `sold_out` by design: that would be one log
@@ -11,20 +12,22 @@
 //! dozen fields per request, which showed as a quarter of the cost of a
 //! `/health/live` request, and its route field re-runs every route pattern's regex
 //! (`match_pattern`), which showed as a tenth of the cost of an order request.
+use super::request_id::RequestId;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::HttpMessage;
 use tracing::{field::Empty, Span};
-use tracing_actix_web::{RequestId, RootSpanBuilder};
+use tracing_actix_web::RootSpanBuilder;
 
 pub struct RequestSpan;
 
 impl RootSpanBuilder for RequestSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        let id = request.extensions().get::<RequestId>().copied();
+        let extensions = request.extensions();
+        let id = extensions.get::<RequestId>().and_then(|RequestId(v)| v.to_str().ok());
         tracing::info_span!(
             "request",
-            request_id = %id.map(|i| i.to_string()).unwrap_or_default(),
+            request_id = id.unwrap_or_default(),
             method = %request.method(),
             path = request.path(),
             status = Empty,

@@ -46,8 +46,8 @@ pub enum BodyRefused {
     NotJson(ErrorBody<'static>),
 }
 
-/// `rate_limited`: too many requests from this address (or, for orders, of
-/// this shopper). `Retry-After` says when to try again.
+/// `rate_limited`: too many requests from this address (or, for orders and for
+/// pay and cancel, of this shopper). `Retry-After` says when to try again.
 #[derive(IntoResponses)]
 #[response(status = 429, headers(("Retry-After" = u64, description = "seconds")))]
 pub struct RateLimited(pub ErrorBody<'static>);

@@ -91,6 +91,67 @@ async fn malformed_requests_get_the_error_body() {
 
     let (status, body) = app.get("/api/v1/vouchers/abc", None).await;
     assert_eq!((status, code(&body)), (StatusCode::BAD_REQUEST, "validation_failed"));
+
+    // The shop list's page size and cursor.
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=abc", "limit"),
+        ("after=abc", "after"),
+        ("after=0", "after"),
+        ("after=-1", "after"),
+    ] {
+        let (status, body) = app.get(&format!("/api/v1/vouchers?shop_id=1&{query}"), None).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "validation_failed"),
+            "{query}"
+        );
+        assert!(
+            body["error"]["message"].as_str().unwrap().starts_with(field),
+            "{query}: {body}"
+        );
+    }
+
+    // An Idempotency-Key that is empty, too long, not visible ASCII or sent twice:
+    // 400 naming the header; one reused for another request: 422.
+    let voucher = json!({"shop_id": 1, "title": "k", "pay_value": 1, "actual_value": 1});
+    let long = "k".repeat(256);
+    for keys in [vec![""], vec![long.as_str()], vec!["two words"], vec!["a", "b"]] {
+        let mut req = app
+            .client
+            .post(format!("{}/api/v1/admin/vouchers", app.addr))
+            .bearer_auth(app.admin())
+            .json(&voucher);
+        for key in &keys {
+            req = req.header("Idempotency-Key", *key);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{keys:?}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(code(&body), "validation_failed");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Idempotency-Key"),
+            "{body}"
+        );
+    }
+    let keyed = |body: Value| {
+        app.client
+            .post(format!("{}/api/v1/admin/vouchers", app.addr))
+            .bearer_auth(app.admin())
+            .header("Idempotency-Key", "k-1")
+            .json(&body)
+            .send()
+    };
+    assert_eq!(keyed(voucher.clone()).await.unwrap().status(), StatusCode::CREATED);
+    let reused = keyed(json!({"shop_id": 2, "title": "k", "pay_value": 1, "actual_value": 1}))
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(code(&reused.json().await.unwrap()), "idempotency_key_reused");
     app.shutdown().await;
 }
 
@@ -139,6 +200,20 @@ async fn bad_tokens_get_401_and_missing_roles_403() {
         )
         .unwrap()
     };
+    let now = chrono::Utc::now().timestamp();
+    let signed = |claims: Value| {
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    // Longer-lived than SECKILL_JWT_MAX_TTL_SECS (default a day), by iat or from now.
+    let long_lived = signed(json!({"sub": "1", "role": "admin", "iat": now, "exp": now + 86_401}));
+    let long_lived_no_iat = signed(json!({"sub": "1", "role": "admin", "exp": now + 30 * 86_400}));
+    let not_yet = signed(json!({"sub": "1", "role": "admin", "nbf": now + 600, "exp": now + 900}));
     // {"alg":"none"} with admin claims and no signature.
     let alg_none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiIxIiwiZXhwIjo5OTk5OTk5OTk5LCJyb2xlIjoiYWRtaW4ifQ.";
     let wrong = other.mint(1, seckill::http::auth::Role::Admin, 600);
@@ -151,6 +226,9 @@ async fn bad_tokens_get_401_and_missing_roles_403() {
         Some(&non_numeric),
         Some(&no_sub),
         Some(&hs512),
+        Some(&long_lived),
+        Some(&long_lived_no_iat),
+        Some(&not_yet),
     ] {
         let (status, body) = app.get("/api/v1/admin/vouchers/1", token).await;
         assert_eq!(
@@ -172,7 +250,88 @@ async fn bad_tokens_get_401_and_missing_roles_403() {
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
     let (status, body) = app.get("/api/v1/admin/vouchers/1", Some(&app.service())).await;
     assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
+
+    // The shopper routes are for shoppers: admin and service tokens get 403 there,
+    // while an order's status stays readable by an admin.
+    let v = app.flash_sale(5).await;
+    let (status, body) = app.order(v, 9).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let order = body["order_id"].as_str().unwrap().to_owned();
+    for token in [app.admin(), app.service()] {
+        for (method, path) in [
+            (reqwest::Method::POST, format!("/api/v1/vouchers/{v}/orders")),
+            (reqwest::Method::GET, format!("/api/v1/vouchers/{v}/orders/mine")),
+            (reqwest::Method::POST, format!("/api/v1/orders/{order}/pay")),
+            (reqwest::Method::POST, format!("/api/v1/orders/{order}/cancel")),
+        ] {
+            let (status, body) = app.request(method, &path, Some(&token), None).await;
+            assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"), "{path}");
+        }
+    }
+    let (status, body) = app.get(&format!("/api/v1/orders/{order}"), Some(&app.admin())).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     app.shutdown().await;
+}
+
+/// The real binary refuses to serve with the development secret on a public
+/// address, saying which variable to set; a short secret is refused too.
+#[tokio::test]
+async fn unsafe_set_ups_do_not_start() {
+    let ns = Namespace::new().await;
+    // Its exit and what it wrote to stderr; a process still running after 30 s
+    // (it started) is killed and reported.
+    let run = |env: Vec<(&'static str, String)>| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .arg("serve")
+            .envs(ns.vars.iter())
+            .env_remove("SECKILL_JWT_SECRET")
+            .envs(env)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run seckill");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("seckill serve started (still running after 30 s)");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    };
+    for (env, says) in [
+        (
+            vec![("SECKILL_HTTP_ADDR", "0.0.0.0:0".to_owned())],
+            "not a loopback address",
+        ),
+        (
+            vec![("SECKILL_JWT_SECRET", "x".repeat(31))],
+            "SECKILL_JWT_SECRET must be at least 32 bytes",
+        ),
+        // The published secret set by hand is no better than none.
+        (
+            vec![
+                ("SECKILL_HTTP_ADDR", "0.0.0.0:0".to_owned()),
+                ("SECKILL_JWT_SECRET", seckill::config::DEV_JWT_SECRET.to_owned()),
+            ],
+            "not a loopback address",
+        ),
+        // A name that does not resolve now could resolve to a public address later.
+        (
+            vec![("SECKILL_HTTP_ADDR", "no-such-host.invalid:0".to_owned())],
+            "does not resolve",
+        ),
+    ] {
+        let out = run(env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "started: {stderr}");
+        assert!(
+            stderr.contains("SECKILL_JWT_SECRET") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -196,6 +355,16 @@ async fn voucher_validation_names_the_field() {
         ("title", json!("a\u{0}b")),
         ("sub_title", json!("\u{0}")),
         ("rules", json!("r\u{0}")),
+        // Control and bidirectional formatting characters: a right-to-left override
+        // makes a title read as something else wherever it is shown.
+        ("title", json!("pay \u{202E}01$ off")),
+        ("title", json!("bell\u{7}")),
+        ("title", json!("two\nlines")),
+        ("title", json!("\u{9b}31m")),
+        ("sub_title", json!("\u{2066}isolated")),
+        ("sub_title", json!("mark\u{200F}")),
+        ("rules", json!("r\u{202D}")),
+        ("rules", json!("\u{1b}[31mred")),
         // Year -1 in UTC: no RFC 3339 time could answer it (it was "-0001-12-31T23:00:00Z").
         ("begin_at", json!("0000-01-01T00:00:00+01:00")),
         ("end_at", json!("9999-12-31T23:00:00-01:00")),
@@ -219,7 +388,9 @@ async fn voucher_validation_names_the_field() {
     assert!(body["id"].is_string() && body["shop_id"] == "3");
     assert!(body["created_at"].is_string());
     // The title may be exactly 255 characters; an ordinary voucher has no stock.
-    let ordinary = json!({"shop_id": 3, "title": "y".repeat(255), "pay_value": 0, "actual_value": 0});
+    // Rules may have lines; any title may be in a right-to-left script.
+    let ordinary = json!({"shop_id": 3, "title": "y".repeat(255), "pay_value": 0, "actual_value": 0,
+                          "sub_title": "عرض خاص", "rules": "one\r\n\ttwo"});
     let (status, body) = app.post("/api/v1/admin/vouchers", Some(&app.admin()), ordinary).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert!(body.get("stock").is_none());

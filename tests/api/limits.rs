@@ -55,26 +55,22 @@ async fn an_address_over_the_limit_gets_429_but_health_checks_do_not() {
     app.shutdown().await;
 }
 
-/// One request held in flight (its body never arrives) fills an instance limited to
-/// one: the next request is shed at once with 503 and Retry-After.
-#[tokio::test]
-async fn beyond_max_in_flight_requests_are_shed_with_503() {
-    let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).env("SECKILL_MAX_IN_FLIGHT", "1").spawn().await;
+/// Holds one crowd request in flight (a service token's POST whose body never
+/// arrives) until the sender is used or dropped; if it was answered instead (shed
+/// itself, because another request was in flight when it arrived), holds a new one.
+fn hold_one_in_flight(app: &TestApp) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
     let addr = app.addr.trim_start_matches("http://").to_owned();
-    let admin = app.admin();
+    let service = app.service();
     let (let_go, held) = std::sync::mpsc::channel::<()>();
     let stalled = std::thread::spawn(move || loop {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         write!(
             s,
-            "POST /api/v1/admin/vouchers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {admin}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
+            "POST /api/v1/sequences/held/next HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {service}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{"
         )
         .unwrap();
         s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
         // In flight until the test lets go (the connection closes with the thread).
-        // If it was answered instead (shed itself, because one of the test's requests
-        // was in flight when it arrived), hold a new one.
         loop {
             if !matches!(held.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
                 return;
@@ -85,6 +81,16 @@ async fn beyond_max_in_flight_requests_are_shed_with_503() {
             }
         }
     });
+    (let_go, stalled)
+}
+
+/// One request held in flight fills an instance limited to one: the next request
+/// is shed at once with 503 and Retry-After.
+#[tokio::test]
+async fn beyond_max_in_flight_requests_are_shed_with_503() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).env("SECKILL_MAX_IN_FLIGHT", "1").spawn().await;
+    let (let_go, stalled) = hold_one_in_flight(&app);
     let list = format!("{}/api/v1/vouchers?shop_id=1", app.addr);
     // Answered while the stalled request has not arrived yet; shed once it is in flight.
     let resp = eventually(Duration::from_secs(10), || async {
@@ -108,5 +114,45 @@ async fn beyond_max_in_flight_requests_are_shed_with_503() {
     })
     .await;
     assert!(ok.is_some());
+    app.shutdown().await;
+}
+
+/// The admin has a budget of its own: while the crowd holds the in-flight cap, the
+/// console loads and a pause succeeds; admin paths with a junk token share the
+/// crowd's cap.
+#[tokio::test]
+async fn the_admin_pauses_while_the_crowd_holds_the_in_flight_cap() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).env("SECKILL_MAX_IN_FLIGHT", "1").spawn().await;
+    let v = app.flash_sale(5).await;
+    let (let_go, stalled) = hold_one_in_flight(&app);
+    let list = format!("{}/api/v1/vouchers?shop_id=1", app.addr);
+    let shed = eventually(Duration::from_secs(10), || async {
+        let resp = app.client.get(&list).send().await.unwrap();
+        (resp.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+    assert!(shed.is_some(), "the crowd's cap is full");
+    let (status, body) = app.get("/api/v1/admin/vouchers/1", Some("junk")).await;
+    assert_eq!((status, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+    // Only the console's own files are the console's: any other path under /admin/
+    // is the crowd's.
+    let (status, body) = app.get("/admin/junk", None).await;
+    assert_eq!((status, code(&body)), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"));
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/admin/vouchers/{v}/pause"),
+            Some(&app.admin()),
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["paused"], true, "{body}");
+    for _ in 0..3 {
+        let resp = app.client.get(format!("{}/admin/", app.addr)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+    }
+    let_go.send(()).unwrap();
+    stalled.join().unwrap();
     app.shutdown().await;
 }
