@@ -6,7 +6,8 @@
 -- ARGV[4] the Redis epoch the caller verified
 --
 -- Returns the units given (the same n again for a transfer id already given, 0 for
--- one already completed or when the shard has nothing to give), -2 if a repair newer
+-- one already completed or spent, or when the shard has nothing to give: that
+-- spends the id), -2 if a repair newer
 -- than ARGV[4] rewrote the shard, -3 if the shard's stock is not loaded.
 --
 -- Why one script: taking the units off the stock and recording them in the ledger
@@ -30,6 +31,10 @@ if not stock then
 end
 local n = math.min(tonumber(ARGV[3]), tonumber(stock))
 if n <= 0 then
+  -- Nothing to give: the id is spent all the same, so that this move, retried
+  -- later (by its mover or by the recovery pass, which may have run it first),
+  -- never gives after the recovery pass forgot it.
+  redis.call('SADD', KEYS[3], ARGV[1])
   return 0
 end
 redis.call('DECRBY', KEYS[1], n)

@@ -133,7 +133,8 @@ pub async fn live(
         Lookup::NotFound => return Err(voucher_not_found()),
         Lookup::NotAFlashSale => return Err(not_a_flash_sale()),
     };
-    let relay = live::relay_state(&state.redis, &state.keys, id).await?;
+    let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
+    let relay = live::relay_state(&state.redis, &state.keys, id, shards).await?;
     let view = with_stats(&state, voucher).await?;
     let orders = OrderCounts {
         accepted: view.stats.orders_accepted,

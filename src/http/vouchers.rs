@@ -1,6 +1,7 @@
 //! Admin and public voucher routes.
 use super::auth::Admin;
 use super::error::ErrorBody;
+use super::idempotency::{self, Claim};
 use super::path::path_id;
 use super::responses::{
     BadRequest, BodyRefused, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound,
@@ -9,19 +10,19 @@ use super::ApiError;
 use crate::app::AppState;
 use crate::id;
 use crate::voucher::audit::{self, Audit, Lookup};
-use crate::voucher::model::{AddStock, NewVoucher, Voucher, MAX_STOCK};
+use crate::voucher::model::{NewVoucher, Voucher};
 use crate::voucher::repo;
 use crate::voucher::stock::{self, Event};
-use crate::voucher::topup;
-use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherWithStats};
-use actix_web::{web, HttpResponse};
+use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
+use actix_web::http::header;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 use serde_json::Value;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/admin/vouchers", web::post().to(create))
         .route("/admin/vouchers/{id}", web::get().to(admin_get))
-        .route("/admin/vouchers/{id}/stock", web::post().to(add_stock))
         .route("/admin/vouchers/{id}/audit", web::get().to(admin_audit))
         .route("/vouchers", web::get().to(list))
         .route("/vouchers/{id}", web::get().to(public_get));
@@ -32,26 +33,59 @@ pub(super) fn voucher_not_found() -> ApiError {
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/vouchers", tag = "admin", security(("bearer" = [])),
+    params(("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
+        description = "a retry with the same key and body answers as the first request did and creates nothing")),
     request_body = NewVoucher,
-    responses((status = 201, description = "the voucher", body = Voucher),
-        BadRequest, Unauthorized, Forbidden, BodyRefused, RateLimited, Unavailable))]
+    responses((status = 201, description = "the voucher", body = Voucher,
+            headers(("Location" = String, description = "the voucher's URL, /api/v1/admin/vouchers/{id}"))),
+        BadRequest, Unauthorized, Forbidden, BodyRefused,
+        (status = 422, body = ErrorBody, description = "idempotency_key_reused: the Idempotency-Key was sent before with another request"),
+        RateLimited, Unavailable))]
 #[tracing::instrument(skip_all)]
 pub async fn create(
+    req: HttpRequest,
     state: web::Data<AppState>,
-    _admin: Admin,
+    admin: Admin,
     body: web::Json<Value>,
 ) -> Result<HttpResponse, ApiError> {
     let new = NewVoucher::parse(&body)?;
+    let key = idempotency::key_of(&req)?;
+    let admin = admin.0.user_id;
     let mut tx = state.pg.begin().await?;
+    if let Some(key) = &key {
+        match idempotency::claim(&mut tx, admin, key, &idempotency::fingerprint(&req, &body)).await? {
+            Claim::New => {}
+            Claim::Replay { status, body } => return Ok(created(status, body)),
+            // The answer is stored with the voucher, in one transaction.
+            Claim::Unanswered { .. } => {
+                return Err(ApiError::internal(anyhow::anyhow!(
+                    "an idempotency key of a created voucher without its answer"
+                )))
+            }
+        }
+    }
     let voucher = repo::insert(&mut tx, &new).await?;
     if let Some(flash) = &voucher.flash {
         // Loaded before the commit: a voucher that exists in Postgres always has its
         // stock in Redis (if Redis is down, nothing is created).
         stock::load(&state.redis, &state.keys, voucher.id, flash.stock, flash.shards()).await?;
     }
+    let answer = serde_json::to_value(&voucher).map_err(anyhow::Error::from)?;
+    if let Some(key) = &key {
+        idempotency::answer(&mut *tx, admin, key, StatusCode::CREATED, &answer).await?;
+    }
     tx.commit().await?;
     announce(&state, &voucher).await;
-    Ok(HttpResponse::Created().json(&voucher))
+    Ok(created(StatusCode::CREATED, answer))
+}
+
+/// A created voucher's answer (first or replayed), with its URL in `Location`.
+fn created(status: StatusCode, voucher: Value) -> HttpResponse {
+    let mut resp = HttpResponse::build(status);
+    if let Some(id) = voucher["id"].as_str() {
+        resp.insert_header((header::LOCATION, format!("/api/v1/admin/vouchers/{id}")));
+    }
+    resp.json(voucher)
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}", tag = "admin", security(("bearer" = [])),
@@ -67,65 +101,6 @@ pub async fn admin_get(
     let id = path_id(&path)?;
     let voucher = repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?;
     Ok(web::Json(with_stats(&state, voucher).await?))
-}
-
-#[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/stock", tag = "admin", security(("bearer" = [])),
-    params(("id" = i64, Path, minimum = 1, description = "voucher id")), request_body = AddStock,
-    responses((status = 200, description = "the voucher, its sale's numbers and the top-up (final: do not retry)", body = ToppedUp),
-        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
-        (status = 409, body = ErrorBody,
-            description = "not_a_flash_sale; stock_limit_exceeded: the voucher's stock plus `add` would exceed 100,000,000"),
-        BodyRefused, RateLimited, Unavailable))]
-#[tracing::instrument(skip_all)]
-pub async fn add_stock(
-    state: web::Data<AppState>,
-    _admin: Admin,
-    path: web::Path<String>,
-    body: web::Json<Value>,
-) -> Result<web::Json<ToppedUp>, ApiError> {
-    let id = path_id(&path)?;
-    let add = AddStock::parse(&body)?.add;
-    let mut tx = state.pg.begin().await?;
-    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
-    let Some(flash) = &voucher.flash else {
-        return Err(ApiError::conflict(
-            "not_a_flash_sale",
-            "this voucher has no stock to add to",
-        ));
-    };
-    // A valid `add` that the voucher's stock leaves no room for: a conflict with
-    // the voucher's state, not a malformed request.
-    if flash.stock as i64 + add as i64 > MAX_STOCK {
-        return Err(ApiError::conflict(
-            "stock_limit_exceeded",
-            format!("add: the total stock would exceed {MAX_STOCK}"),
-        ));
-    }
-    // Postgres first: stock, total and a pending top-up in one transaction.
-    let top_up = topup::record(&mut tx, id, add).await?.ok_or_else(voucher_not_found)?;
-    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
-    tx.commit().await?;
-    // Committed: the top-up happens whatever fails from here on, and the answer is
-    // 200 (a retry would add the units twice). Redis now, or the recovery pass.
-    let applied = match topup::apply(&state.pg, &state.redis, &state.keys, top_up.id).await {
-        Ok(applied) => applied,
-        Err(e) => {
-            tracing::warn!(top_up = top_up.id, error = %format!("{e:#}"), "top-up left pending for recovery");
-            false
-        }
-    };
-    announce(&state, &voucher).await;
-    // The numbers may not be readable (Redis away): the top-up stands all the same.
-    let stats = with_stats(&state, voucher.clone()).await.ok().map(|v| v.stats);
-    Ok(web::Json(ToppedUp {
-        voucher,
-        stats,
-        top_up: TopUpView {
-            id: top_up.id,
-            units: top_up.units,
-            applied,
-        },
-    }))
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}/audit", tag = "admin", security(("bearer" = [])),
@@ -152,11 +127,18 @@ pub async fn admin_audit(
 #[derive(Deserialize)]
 pub struct ListQuery {
     shop_id: Option<String>,
+    after: Option<String>,
+    limit: Option<String>,
 }
 
+/// Largest page of `GET /api/v1/vouchers`.
+const MAX_PAGE: i64 = 1000;
+
 #[utoipa::path(get, path = "/api/v1/vouchers", tag = "vouchers",
-    params(("shop_id" = i64, Query, minimum = 1)),
-    responses((status = 200, description = "the shop's vouchers", body = VoucherList),
+    params(("shop_id" = i64, Query, minimum = 1),
+        ("after" = Option<i64>, Query, minimum = 1, description = "only vouchers with a larger id (the previous page's next_after)"),
+        ("limit" = Option<i32>, Query, minimum = 1, maximum = 1000, description = "page size, default 1000")),
+    responses((status = 200, description = "one page of the shop's vouchers, in id order", body = VoucherList),
         BadRequest, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all)]
 pub async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<web::Json<VoucherList>, ApiError> {
@@ -165,8 +147,26 @@ pub async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Resul
         .as_deref()
         .ok_or_else(|| ApiError::validation("shop_id", "is required"))?;
     let shop_id = id::parse_str(raw).map_err(|e| ApiError::validation("shop_id", e))?;
-    let items = repo::list_by_shop(&state.pg, shop_id).await?;
-    Ok(web::Json(VoucherList { items }))
+    let after = q
+        .after
+        .as_deref()
+        .map(|raw| id::parse_str(raw).map_err(|e| ApiError::validation("after", e)))
+        .transpose()?;
+    let limit = match q.limit.as_deref() {
+        // As many as the list gave before it had pages: a client that does not
+        // follow `next_after` sees no fewer vouchers than it used to.
+        None => MAX_PAGE,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| ApiError::validation("limit", format!("must be a whole number from 1 to {MAX_PAGE}")))?,
+    };
+    let items = repo::list_by_shop(&state.pg, shop_id, after, limit).await?;
+    let next_after = (items.len() as i64 == limit)
+        .then(|| items.last().map(|v| v.id.to_string()))
+        .flatten();
+    Ok(web::Json(VoucherList { items, next_after }))
 }
 
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}", tag = "vouchers",
@@ -181,7 +181,18 @@ pub async fn public_get(
     let id = path_id(&path)?;
     let voucher = match state.cache.get(id) {
         Some(e) => e.voucher.clone(),
-        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
+        // Asked lately and not there: not Postgres again (see voucher::cache::missing).
+        None if state.cache.known_missing(id) => return Err(voucher_not_found()),
+        None => {
+            let marker = state.cache.read_marker();
+            match repo::get(&state.pg, id).await? {
+                Some(v) => v,
+                None => {
+                    state.cache.note_missing(id, marker);
+                    return Err(voucher_not_found());
+                }
+            }
+        }
     };
     let stock_remaining = if voucher.is_flash_sale() {
         let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());

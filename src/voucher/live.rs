@@ -9,48 +9,82 @@ use serde::Serialize;
 use sqlx::PgExecutor;
 use utoipa::ToSchema;
 
-/// The sale's outbox, as the relay sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+/// The sale's outbox, as the relay sees it: every shard's stream of a sharded sale.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RelayState {
     /// Admitted orders not yet published to RabbitMQ (entries in the sale's
-    /// outbox stream).
+    /// outbox streams, every shard's).
     pub outbox_backlog: i64,
     /// How long the oldest of them has waited, in milliseconds by Redis's clock
     /// (the entry's id is Redis's time when the order was admitted); 0 when the
     /// outbox is empty.
     pub lag_ms: i64,
+    /// A sharded sale's (`stock_shards` > 1) backlog per shard, in shard order
+    /// (their sum is `outbox_backlog`). Absent for a sale of one shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<ShardRelay>>,
 }
 
-/// Reads the outbox's length and its oldest entry in one `MULTI` (one key, one
-/// slot), then Redis's clock. `TIME` has no key, so it is not part of the
-/// transaction: on Redis Cluster a transaction must keep to one slot.
-pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<RelayState> {
-    let mut conn = redis.conn().await?;
-    let outbox = keys.outbox(voucher_id);
+/// One shard's outbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ShardRelay {
+    /// 0 .. stock_shards − 1.
+    pub shard: u32,
+    pub outbox_backlog: i64,
+    /// As `lag_ms`, for this shard's oldest entry.
+    pub lag_ms: i64,
+}
+
+/// Reads each shard's outbox length and oldest entry in one `MULTI` per shard (one
+/// key, one slot; the shards at once), then Redis's clock. `TIME` has no key, so
+/// it is not part of a transaction: on Redis Cluster a transaction must keep to
+/// one slot.
+pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<RelayState> {
+    let shards = shards.max(1);
+    let conn = redis.conn().await?;
     type Oldest = Vec<(String, Vec<(String, String)>)>;
-    let (len, oldest): (i64, Oldest) = redis::pipe()
-        .atomic()
-        .cmd("XLEN")
-        .arg(&outbox)
-        .cmd("XRANGE")
-        .arg(&outbox)
-        .arg("-")
-        .arg("+")
-        .arg("COUNT")
-        .arg(1)
-        .query_async(&mut conn)
-        .await
-        .context("reading the sale's outbox")?;
-    // Read after the entry: the lag is never negative on one server's clock.
+    let reads = (0..shards).map(|k| {
+        let mut conn = conn.clone();
+        let outbox = keys.outbox_at(voucher_id, k, shards);
+        async move {
+            let (len, oldest): (i64, Oldest) = redis::pipe()
+                .atomic()
+                .cmd("XLEN")
+                .arg(&outbox)
+                .cmd("XRANGE")
+                .arg(&outbox)
+                .arg("-")
+                .arg("+")
+                .arg("COUNT")
+                .arg(1)
+                .query_async(&mut conn)
+                .await
+                .context("reading the sale's outbox")?;
+            anyhow::Ok((len, oldest.first().and_then(|(id, _)| entry_ms(id))))
+        }
+    });
+    let read = futures::future::try_join_all(reads).await?;
+    // Read after the entries: the lag is never negative on one server's clock.
+    let mut conn = conn;
     let (secs, micros): (i64, i64) = redis::cmd("TIME")
         .query_async(&mut conn)
         .await
         .context("reading Redis's clock")?;
     let now_ms = secs * 1000 + micros / 1000;
-    let admitted_ms = oldest.first().and_then(|(id, _)| entry_ms(id));
+    let lag = |admitted_ms: Option<i64>| admitted_ms.map_or(0, |ms| (now_ms - ms).max(0));
+    let per_shard: Vec<ShardRelay> = read
+        .iter()
+        .enumerate()
+        .map(|(k, &(len, oldest))| ShardRelay {
+            shard: k as u32,
+            outbox_backlog: len,
+            lag_ms: lag(oldest),
+        })
+        .collect();
     Ok(RelayState {
-        outbox_backlog: len,
-        lag_ms: admitted_ms.map_or(0, |ms| (now_ms - ms).max(0)),
+        outbox_backlog: per_shard.iter().map(|s| s.outbox_backlog).sum(),
+        lag_ms: per_shard.iter().map(|s| s.lag_ms).max().unwrap_or(0),
+        shards: (shards > 1).then_some(per_shard),
     })
 }
 

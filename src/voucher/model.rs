@@ -1,6 +1,6 @@
 //! The voucher, and the validation of a new one and of a top-up, with errors that
 //! name the field. The OpenAPI schemas of these types state the same rules.
-use crate::validate::{self, optional, required, text, time, whole, ValidationError};
+use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -98,6 +98,7 @@ impl utoipa::PartialSchema for NewVoucher {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         let id = serde_json::to_value(crate::id::input_schema()).expect("a schema serialises");
         let money = json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_MONEY});
+        let (one, many) = (refused_class(Lines::One), refused_class(Lines::Many));
         let instant = json!({"type": "string", "format": "date-time", "pattern": validate::TIME_YEAR_PATTERN,
                           "description": "RFC 3339 with an offset, in the years 0001 to 9998 (so that it is one \
                                           in UTC too); `begin_at` before `end_at`."});
@@ -116,10 +117,14 @@ impl utoipa::PartialSchema for NewVoucher {
                     "properties": {
                         "shop_id": id,
                         "title": {"type": "string", "minLength": 1, "maxLength": 255,
-                                  "pattern": format!("^[^\\u0000]*[^\\u0000{WHITE_SPACE}][^\\u0000]*$"),
-                                  "description": "Not blank; no NUL characters."},
-                        "sub_title": {"type": ["string", "null"], "maxLength": 255, "pattern": "^[^\\u0000]*$"},
-                        "rules": {"type": ["string", "null"], "maxLength": 4096, "pattern": "^[^\\u0000]*$"},
+                                  "pattern": format!("^[^{one}]*[^{one}{WHITE_SPACE}][^{one}]*$"),
+                                  "description": "Not blank; one line: no control characters, no \
+                                                  bidirectional formatting characters."},
+                        "sub_title": {"type": ["string", "null"], "maxLength": 255, "pattern": format!("^[^{one}]*$"),
+                                      "description": "One line, as `title`."},
+                        "rules": {"type": ["string", "null"], "maxLength": 4096, "pattern": format!("^[^{many}]*$"),
+                                  "description": "Lines (line feeds, carriage returns and tabs allowed); no other \
+                                                  control characters, no bidirectional formatting characters."},
                         "pay_value": money,
                         "actual_value": money,
                     },
@@ -158,12 +163,12 @@ impl NewVoucher {
     pub fn parse(body: &Value) -> Result<Self, ValidationError> {
         let obj = validate::object(body)?;
         let shop_id = validate::id(required(obj, "shop_id")?, "shop_id")?;
-        let title = text(obj, "title", 255)?.ok_or_else(|| ValidationError::new("title", "is required"))?;
+        let title = text(obj, "title", 255, Lines::One)?.ok_or_else(|| ValidationError::new("title", "is required"))?;
         if title.trim().is_empty() {
             return Err(ValidationError::new("title", "must not be blank"));
         }
-        let sub_title = text(obj, "sub_title", 255)?;
-        let rules = text(obj, "rules", 4096)?;
+        let sub_title = text(obj, "sub_title", 255, Lines::One)?;
+        let rules = text(obj, "rules", 4096, Lines::Many)?;
         let pay_value = whole(required(obj, "pay_value")?, "pay_value", 0, MAX_MONEY)?;
         let actual_value = whole(required(obj, "actual_value")?, "actual_value", 0, MAX_MONEY)?;
         let stock = optional(obj, "stock")

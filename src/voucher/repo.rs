@@ -1,5 +1,5 @@
 //! Postgres queries for vouchers.
-use super::model::{FlashSale, NewVoucher, Voucher};
+use super::model::{FlashSale, NewVoucher, Voucher, MAX_STOCK};
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 
@@ -84,12 +84,23 @@ pub async fn get(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Voucher>, sq
         .await
 }
 
-pub async fn list_by_shop(db: impl PgExecutor<'_>, shop_id: i64) -> Result<Vec<Voucher>, sqlx::Error> {
-    sqlx::query(&format!("{SELECT} WHERE v.shop_id = $1 ORDER BY v.id LIMIT 1000"))
-        .bind(shop_id)
-        .try_map(|r: PgRow| from_row(&r))
-        .fetch_all(db)
-        .await
+/// One page of a shop's vouchers in id order: those with an id above `after` (all
+/// if None), at most `limit`.
+pub async fn list_by_shop(
+    db: impl PgExecutor<'_>,
+    shop_id: i64,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Voucher>, sqlx::Error> {
+    sqlx::query(&format!(
+        "{SELECT} WHERE v.shop_id = $1 AND ($2::bigint IS NULL OR v.id > $2) ORDER BY v.id LIMIT $3"
+    ))
+    .bind(shop_id)
+    .bind(after)
+    .bind(limit)
+    .try_map(|r: PgRow| from_row(&r))
+    .fetch_all(db)
+    .await
 }
 
 /// One page of every voucher, newest first: those with an id below `before` (all
@@ -135,20 +146,46 @@ pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<Voucher>, sqlx::Error> {
     sqlx::query(SELECT).try_map(|r: PgRow| from_row(&r)).fetch_all(db).await
 }
 
-/// Adds `n` units to a flash sale in Postgres; `None` if it is not a flash sale.
-pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<Option<()>, sqlx::Error> {
+/// What [`add_stock`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Added {
+    Added,
+    NotAFlashSale,
+    /// The total stock would pass [`MAX_STOCK`]: nothing added.
+    OverLimit,
+}
+
+/// Adds `n` units to a flash sale in Postgres, unless its total would pass
+/// [`MAX_STOCK`]. The limit is checked by the UPDATE itself, on the row it locks:
+/// concurrent top-ups are checked one after the other against the total each
+/// leaves, so together they cannot pass it (a check read before the UPDATE let
+/// them all through, and their sum past `int4` was a 500). The sum is computed in
+/// `bigint`, so no total overflows.
+pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<Added, sqlx::Error> {
     let done = sqlx::query(
-        "UPDATE seckill_vouchers SET stock = stock + $2, total_stock = total_stock + $2 WHERE voucher_id = $1",
+        "UPDATE seckill_vouchers SET stock = stock + $2, total_stock = total_stock + $2
+          WHERE voucher_id = $1 AND total_stock::bigint + $2 <= $3",
     )
     .bind(id)
     .bind(n)
+    .bind(MAX_STOCK)
     .execute(&mut *tx)
     .await?;
+    if done.rows_affected() == 0 {
+        let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM seckill_vouchers WHERE voucher_id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        return Ok(match exists {
+            Some(_) => Added::OverLimit,
+            None => Added::NotAFlashSale,
+        });
+    }
     sqlx::query("UPDATE vouchers SET updated_at = now() WHERE id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    Ok((done.rows_affected() == 1).then_some(()))
+    Ok(Added::Added)
 }
 
 /// Orders persisted for a voucher (failed ones excluded).

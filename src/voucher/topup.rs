@@ -44,11 +44,27 @@ pub struct TopUp {
     pub units: i32,
 }
 
+/// Why [`record`] recorded nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotRecorded {
+    #[error("not a flash sale")]
+    NotAFlashSale,
+    #[error("the total stock would exceed {}", crate::voucher::model::MAX_STOCK)]
+    OverLimit,
+}
+
 /// The Postgres half, in the caller's transaction: stock and total_stock + `units`
-/// and a pending top-up. `None` if the voucher is not a flash sale.
-pub async fn record(tx: &mut sqlx::PgConnection, voucher_id: i64, units: i32) -> Result<Option<TopUp>> {
-    if repo::add_stock(&mut *tx, voucher_id, units).await?.is_none() {
-        return Ok(None);
+/// and a pending top-up; nothing if the voucher is not a flash sale or its total
+/// stock would pass the limit ([`repo::add_stock`] checks it in its UPDATE).
+pub async fn record(
+    tx: &mut sqlx::PgConnection,
+    voucher_id: i64,
+    units: i32,
+) -> Result<std::result::Result<TopUp, NotRecorded>> {
+    match repo::add_stock(&mut *tx, voucher_id, units).await? {
+        repo::Added::Added => {}
+        repo::Added::NotAFlashSale => return Ok(Err(NotRecorded::NotAFlashSale)),
+        repo::Added::OverLimit => return Ok(Err(NotRecorded::OverLimit)),
     }
     let id: i64 = sqlx::query_scalar("INSERT INTO stock_topups (voucher_id, units) VALUES ($1, $2) RETURNING id")
         .bind(voucher_id)
@@ -56,7 +72,16 @@ pub async fn record(tx: &mut sqlx::PgConnection, voucher_id: i64, units: i32) ->
         .fetch_one(&mut *tx)
         .await
         .context("recording a top-up")?;
-    Ok(Some(TopUp { id, voucher_id, units }))
+    Ok(Ok(TopUp { id, voucher_id, units }))
+}
+
+/// Top-up `id`, done or pending.
+pub async fn get(db: impl sqlx::PgExecutor<'_>, id: i64) -> Result<Option<TopUp>> {
+    sqlx::query_as("SELECT id, voucher_id, units FROM stock_topups WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+        .context("reading a top-up")
 }
 
 /// The Redis half of top-up `id`, then marks it done. True if the top-up is complete

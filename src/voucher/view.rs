@@ -57,10 +57,14 @@ pub struct PublicVoucher {
     pub stock_remaining: Option<Option<i64>>,
 }
 
-/// `GET /api/v1/vouchers?shop_id=`: a shop's vouchers in id order (at most 1000).
+/// `GET /api/v1/vouchers?shop_id=`: one page of a shop's vouchers, in id order.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
 pub struct VoucherList {
     pub items: Vec<Voucher>,
+    /// The id (decimal digits) to pass as `after` for the next page; null on the
+    /// last one.
+    #[schema(required = true, pattern = "^[1-9][0-9]{0,18}$")]
+    pub next_after: Option<String>,
 }
 
 /// `POST /api/v1/admin/vouchers/{id}/stock`: the voucher, its sale's numbers and the

@@ -74,7 +74,8 @@ async fn audit_balances_after_orders_and_a_cancellation() {
         "in_flight": {"orders": 0, "outbox": 0, "queue_ready": 0},
         "postgres": {"created": 29, "paid": 0, "cancelled": 1, "failed": 0, "stock": 21, "returns_pending": 0},
         "balanced": true,
-        "checks": {"units_accounted_for": true, "postgres_stock": true, "no_returns_pending": true},
+        "checks": {"units_accounted_for": true, "postgres_stock": true, "no_returns_pending": true,
+                   "orders_known_to_redis": true, "no_failed_orders": true},
     });
     assert_eq!(a, expected, "{a:#}");
     Arc::try_unwrap(app).ok().expect("no other holder").shutdown().await;
@@ -138,7 +139,8 @@ async fn audit_names_the_failed_check_and_the_gauge_counts_the_running_sale() {
     assert_eq!(a["redis"]["stock_remaining"], 16, "{a:#}");
     assert_eq!(
         a["checks"],
-        json!({"units_accounted_for": false, "postgres_stock": true, "no_returns_pending": true}),
+        json!({"units_accounted_for": false, "postgres_stock": true, "no_returns_pending": true,
+               "orders_known_to_redis": true, "no_failed_orders": true}),
         "{a:#}"
     );
     assert_eq!(audit(&app, later).await["balanced"], false);
@@ -163,6 +165,100 @@ async fn audit_names_the_failed_check_and_the_gauge_counts_the_running_sale() {
     })
     .await;
     assert_eq!(cleared, Some(0.0), "the gauge drops once the books balance");
+    app.shutdown().await;
+}
+
+/// Three orders persisted, then the sale in Redis goes back to before them (its
+/// stock back up, its record of admitted orders gone), as a Redis restored from an
+/// older snapshot would be: the units sum still agrees (the lost orders' units are
+/// "on sale" in Redis and "live" in Postgres), but Postgres holds orders Redis
+/// never admitted, and the books say so.
+#[tokio::test]
+async fn orders_redis_has_no_record_of_unbalance_the_books() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    for user in 1..=3 {
+        assert_eq!(app.order(v, user).await.0, StatusCode::ACCEPTED);
+    }
+    eventually(Duration::from_secs(20), || async {
+        let a = audit(&app, v).await;
+        (a["postgres"]["created"] == 3 && a["balanced"] == true).then_some(())
+    })
+    .await
+    .expect("three orders persisted, the books balanced");
+    let keys = ns.keys();
+    let mut redis = app.redis().await;
+    let _: () = redis::pipe()
+        .cmd("INCRBY")
+        .arg(keys.stock(v))
+        .arg(3)
+        .ignore()
+        .cmd("DEL")
+        .arg(keys.orders(v))
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let a = audit(&app, v).await;
+    assert_eq!(a["in_flight"]["orders"], -3, "{a:#}");
+    assert_eq!(a["checks"]["units_accounted_for"], true, "the sums alone agree: {a:#}");
+    assert_eq!(a["checks"]["orders_known_to_redis"], false, "{a:#}");
+    assert_eq!(a["balanced"], false, "{a:#}");
+    app.shutdown().await;
+}
+
+/// An order the database refused (`failed`: Redis admitted it, Postgres did not
+/// sell its unit) unbalances the books; a repair then rebuilds the sale in Redis
+/// from Postgres, after which every sum agrees, and the books still show the
+/// incident.
+#[tokio::test]
+async fn a_failed_order_unbalances_the_books_before_and_after_a_repair() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let before = current_epoch(&app).await;
+    let mut ids = Vec::new();
+    for user in 1..=3 {
+        let (status, body) = app.order(v, user).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        ids.push(body["order_id"].as_str().unwrap().parse::<i64>().unwrap());
+    }
+    eventually(Duration::from_secs(20), || async {
+        (audit(&app, v).await["postgres"]["created"] == 3).then_some(())
+    })
+    .await
+    .expect("three orders persisted");
+    // As the worker stores an order the database refused: `failed`, its unit not sold.
+    let mut tx = app.pg().begin().await.unwrap();
+    sqlx::query("UPDATE voucher_orders SET status = 'failed' WHERE id = $1")
+        .bind(ids[0])
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE seckill_vouchers SET stock = stock + 1 WHERE voucher_id = $1")
+        .bind(v)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let a = audit(&app, v).await;
+    assert_eq!(a["postgres"]["failed"], 1, "{a:#}");
+    assert_eq!(a["checks"]["no_failed_orders"], false, "{a:#}");
+    assert_eq!(a["balanced"], false, "before a repair: {a:#}");
+
+    // Redis loses its epoch marker: the sale is repaired from Postgres.
+    let mut redis = app.redis().await;
+    let _: () = redis::cmd("DEL")
+        .arg(ns.keys().epoch())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    epoch_after(&app, before).await;
+    let a = audit(&app, v).await;
+    assert_eq!(a["redis"]["stock_remaining"], 8, "rebuilt from Postgres: {a:#}");
+    assert_eq!(a["checks"]["no_failed_orders"], false, "{a:#}");
+    assert_eq!(a["balanced"], false, "after a repair: {a:#}");
     app.shutdown().await;
 }
 

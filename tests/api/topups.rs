@@ -267,6 +267,39 @@ async fn a_top_up_past_the_stock_limit_is_a_conflict_and_changes_nothing() {
     app.shutdown().await;
 }
 
+/// Concurrent top-ups are checked against the limit one after the other, by the
+/// UPDATE that adds them: of 16 at once that would each fit alone, exactly those
+/// that fit together pass, and the rest are 409. A total already past `int4`'s
+/// reach for one more (a sale stored before the limit was enforced so) answers
+/// 409 too, never 500.
+#[tokio::test]
+async fn concurrent_top_ups_cannot_pass_the_stock_limit_together() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let answers = futures::future::join_all((0..16).map(|_| top_up(&app, v, 20_000_000))).await;
+    let passed = answers.iter().filter(|(s, _)| *s == StatusCode::OK).count();
+    for (status, body) in &answers {
+        assert!(
+            *status == StatusCode::OK || (*status == StatusCode::CONFLICT && code(body) == "stock_limit_exceeded"),
+            "{status} {body}"
+        );
+    }
+    assert_eq!(passed, 4, "10 + 4 x 20,000,000 fits, a fifth does not");
+    assert_eq!(pg_stock(app.pg(), v).await, (80_000_010, 80_000_010));
+    assert_eq!(redis_stock(&app, &ns, v).await, Some(80_000_010));
+
+    let w = app.flash_sale(1).await;
+    sqlx::query("UPDATE seckill_vouchers SET stock = 2147000000, total_stock = 2147000000 WHERE voucher_id = $1")
+        .bind(w)
+        .execute(app.pg())
+        .await
+        .unwrap();
+    let (status, body) = top_up(&app, w, 1_000_000).await;
+    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "stock_limit_exceeded"));
+    app.shutdown().await;
+}
+
 /// The crash window, step by step through the domain functions: the Postgres
 /// half commits, the process "dies" before the Redis half. The recovery pass
 /// finishes it; applying the same top-up again, concurrently, or after a crash

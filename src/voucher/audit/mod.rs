@@ -12,13 +12,25 @@
 //! - in a live order in Postgres (`created` or `paid`).
 //!
 //! A cancelled order's unit went back to Redis (its stock key and its `returned`
-//! set); a `failed` order is an incident and leaves the books unbalanced. Postgres
-//! keeps its own books as well: its `stock` is `total_stock` minus the live orders.
+//! set). Postgres keeps its own books as well: its `stock` is `total_stock` minus
+//! the live orders.
 //!
-//! The Redis half is read in one `MULTI` per shard (a sharded sale's shards are read
-//! until two reads agree on every move: [`crate::voucher::shards::snapshot`]) and the
-//! Postgres half in one statement, Redis first: orders admitted or persisted meanwhile move a unit between two
-//! places the same read sees, so they never unbalance the books. A cancellation or
+//! Two facts leave the books unbalanced even when those sums agree, because they
+//! can agree for the wrong reason:
+//! - an order in Postgres that Redis never admitted (`in_flight.orders` below 0):
+//!   Redis went back in time and lost orders it had admitted, its stock with them,
+//!   so it would sell their units again; the units sum balances all the same (the
+//!   lost orders' units are "on sale" in Redis and "live" in Postgres);
+//! - a `failed` order: an incident. A repair rebuilds Redis from Postgres, after
+//!   which the units sum balances; the failed order must still show.
+//!
+//! The Postgres half is read in one statement, then the Redis half in one `MULTI`
+//! per shard (a sharded sale's shards are read until two reads agree on every
+//! move: [`crate::voucher::shards::snapshot`]). Postgres first: every order Postgres
+//! holds was admitted by Redis before it was read, and Redis's count of admitted
+//! orders only grows, so a healthy sale never shows fewer admitted orders than
+//! Postgres holds. Orders admitted or persisted between the two reads move a unit
+//! between two places the same reads see, so they never unbalance the books. A cancellation or
 //! a top-up (Postgres and Redis written one after the other) can fall between the
 //! two reads: one audit may then be off by that unit, the next is not. The gauge
 //! therefore counts a sale only when two consecutive audits, `SECKILL_AUDIT_INTERVAL_MS`
@@ -55,7 +67,7 @@ pub struct Audit {
     pub redis: RedisBooks,
     pub in_flight: InFlight,
     pub postgres: PostgresBooks,
-    /// True when all three `checks` hold.
+    /// True when every one of the `checks` holds.
     pub balanced: bool,
     pub checks: Checks,
 }
@@ -127,6 +139,12 @@ pub struct Checks {
     pub postgres_stock: bool,
     /// `postgres.returns_pending` = 0.
     pub no_returns_pending: bool,
+    /// `in_flight.orders` >= 0: Postgres holds no order that Redis has no record
+    /// of admitting (Redis went back in time and may sell its unit again).
+    pub orders_known_to_redis: bool,
+    /// `postgres.failed` = 0: no order Redis admitted was refused by the
+    /// database (an incident; a repair of the sale does not clear it).
+    pub no_failed_orders: bool,
 }
 
 impl Checks {
@@ -139,11 +157,17 @@ impl Checks {
                 .is_some_and(|left| stock == left + redis.units_in_transit + in_flight.orders + live),
             postgres_stock: postgres.stock == stock - live,
             no_returns_pending: postgres.returns_pending == 0,
+            orders_known_to_redis: in_flight.orders >= 0,
+            no_failed_orders: postgres.failed == 0,
         }
     }
 
     pub fn all(&self) -> bool {
-        self.units_accounted_for && self.postgres_stock && self.no_returns_pending
+        self.units_accounted_for
+            && self.postgres_stock
+            && self.no_returns_pending
+            && self.orders_known_to_redis
+            && self.no_failed_orders
     }
 }
 
@@ -170,17 +194,49 @@ pub async fn audit(pg: &PgPool, redis: &Redis, keys: &Keys, broker: &Broker, vou
 pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<Lookup> {
     // Its shards (fixed for the life of the sale; 1 if there is no such sale).
     let shards = crate::voucher::repo::shards(pg, voucher_id).await?;
-    // Redis first, in one MULTI per shard: every key of a shard shares its hash tag.
+    // Postgres first, in one statement (one snapshot): see the module's doc.
+    let (stock, postgres) = match postgres_books(pg, voucher_id).await? {
+        Ok(found) => found,
+        Err(other) => return Ok(other),
+    };
+    // Then Redis, in one MULTI per shard: every key of a shard shares its hash tag.
     let mut conn = redis.conn().await?;
     let snap = crate::voucher::shards::snapshot(&mut conn, keys, voucher_id, shards)
         .await
-        .context("reading the sale's books in Redis")?;
+        .context("reading the sale's books in Redis")?
+        .ok_or(crate::voucher::shards::NoConsistentReading)?;
     let stock_remaining = snap.stock();
     let orders_admitted: i64 = snap.shards.iter().map(|s| s.orders).sum();
     let units_returned: i64 = snap.shards.iter().map(|s| s.returned).sum();
     let outbox: i64 = snap.shards.iter().map(|s| s.outbox).sum();
     let units_in_transit = snap.in_transit();
-    // Then Postgres, in one statement (one snapshot).
+    let redis = RedisBooks {
+        stock_remaining,
+        orders_admitted,
+        units_returned,
+        outbox,
+        units_in_transit,
+    };
+    let in_flight = InFlight {
+        orders: orders_admitted - (postgres.created + postgres.paid + postgres.cancelled + postgres.failed),
+        outbox,
+        queue_ready: None,
+    };
+    let checks = Checks::of(stock, &redis, &in_flight, &postgres);
+    Ok(Lookup::Found(Audit {
+        voucher_id,
+        stock,
+        redis,
+        in_flight,
+        postgres,
+        balanced: checks.all(),
+        checks,
+    }))
+}
+
+/// Postgres's half of a sale's books, in one statement: everything ever put on
+/// sale and the orders by status; or the answer for a voucher that has no books.
+pub(crate) async fn postgres_books(pg: &PgPool, voucher_id: i64) -> Result<Result<(i64, PostgresBooks), Lookup>> {
     type Row = (Option<i64>, Option<i64>, i64, i64, i64, i64, i64);
     let row: Option<Row> = sqlx::query_as(
         "SELECT s.total_stock::int8, s.stock::int8, o.created, o.paid, o.cancelled, o.failed, r.pending
@@ -202,41 +258,22 @@ pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> 
     .await
     .context("reading the sale's books in Postgres")?;
     let Some((total, pg_stock, created, paid, cancelled, failed, returns_pending)) = row else {
-        return Ok(Lookup::NotFound);
+        return Ok(Err(Lookup::NotFound));
     };
     let (Some(stock), Some(pg_stock)) = (total, pg_stock) else {
-        return Ok(Lookup::NotAFlashSale);
+        return Ok(Err(Lookup::NotAFlashSale));
     };
-    let redis = RedisBooks {
-        stock_remaining,
-        orders_admitted,
-        units_returned,
-        outbox,
-        units_in_transit,
-    };
-    let in_flight = InFlight {
-        orders: orders_admitted - (created + paid + cancelled + failed),
-        outbox,
-        queue_ready: None,
-    };
-    let postgres = PostgresBooks {
-        created,
-        paid,
-        cancelled,
-        failed,
-        stock: pg_stock,
-        returns_pending,
-    };
-    let checks = Checks::of(stock, &redis, &in_flight, &postgres);
-    Ok(Lookup::Found(Audit {
-        voucher_id,
+    Ok(Ok((
         stock,
-        redis,
-        in_flight,
-        postgres,
-        balanced: checks.all(),
-        checks,
-    }))
+        PostgresBooks {
+            created,
+            paid,
+            cancelled,
+            failed,
+            stock: pg_stock,
+            returns_pending,
+        },
+    )))
 }
 
 /// Ready messages in the orders queue (a passive declare, as the Redis repair

@@ -1,6 +1,18 @@
 //! Keeps `seckill_sales_unbalanced` current: audits the running sales on a timer and
 //! counts those unbalanced in two rounds in a row.
+//!
+//! A sharded sale's Redis books take two `MULTI`s per shard at least, so an idle
+//! one is not read every round: once an audit found it balanced with nothing in
+//! flight (no order between Redis and Postgres, nothing in its outboxes, no unit in
+//! transit), later rounds read only its Postgres books, and audit it again when
+//! those changed. Everything that changes a sale's Redis books outside moves
+//! (which keep them balanced) reaches Postgres: an admitted order within the
+//! pipeline's delay (until then it is in flight, balanced), a cancellation or a
+//! top-up first. What it does not see is Redis itself losing or gaining units
+//! behind the service's back on an idle sharded sale: the order that meets a lost
+//! shard, the epoch guard, or `GET …/audit` (always a full read) tell those.
 use super::*;
+use std::collections::HashMap;
 
 /// Sales unbalanced in the previous audit round, to count those unbalanced twice.
 #[derive(Debug, Default)]
@@ -39,6 +51,7 @@ impl Watch {
     pub async fn run(self, stop: CancellationToken) {
         let mut streak = Streak::default();
         let mut counted = HashSet::new();
+        let mut quiet = HashMap::new();
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -46,7 +59,7 @@ impl Watch {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let twice = match self.round().await {
+            let twice = match self.round(&mut quiet).await {
                 Some(unbalanced) => streak.observe(unbalanced),
                 None => {
                     streak.reset();
@@ -65,14 +78,16 @@ impl Watch {
     }
 
     /// The running sales whose books do not balance now; None if this round cannot
-    /// tell (Redis is not verified: its sales are being repaired).
-    async fn round(&self) -> Option<HashSet<i64>> {
+    /// tell (Redis is not verified: its sales are being repaired). `quiet`: the
+    /// sharded sales last found balanced with nothing in flight, with their
+    /// Postgres books then.
+    async fn round(&self, quiet: &mut HashMap<i64, (i64, PostgresBooks)>) -> Option<HashSet<i64>> {
         match self.redis.verified().await {
             Ok(Some(_)) => {}
             _ => return None,
         }
         let now = self.clock.now();
-        let running: Vec<i64> = self
+        let running: Vec<(i64, u32)> = self
             .cache
             .flash_sales()
             .iter()
@@ -82,13 +97,28 @@ impl Watch {
                     .as_ref()
                     .is_some_and(|f| f.begin_at <= now && now < f.end_at)
             })
-            .map(|e| e.voucher.id)
+            .map(|e| (e.voucher.id, e.voucher.flash.as_ref().map_or(1, |f| f.shards())))
             .collect();
+        quiet.retain(|v, _| running.iter().any(|(r, _)| r == v));
         let mut unbalanced = HashSet::new();
-        for v in running {
+        for (v, shards) in running {
+            if shards > 1 {
+                if let (Some(then), Ok(Ok(now))) = (quiet.get(&v), postgres_books(&self.pg, v).await) {
+                    if *then == now {
+                        continue;
+                    }
+                }
+            }
+            quiet.remove(&v);
             match books(&self.pg, &self.redis, &self.keys, v).await {
                 Ok(Lookup::Found(a)) if !a.balanced => {
                     unbalanced.insert(v);
+                }
+                Ok(Lookup::Found(a)) => {
+                    let idle = a.in_flight.orders == 0 && a.redis.outbox == 0 && a.redis.units_in_transit == 0;
+                    if shards > 1 && idle {
+                        quiet.insert(v, (a.stock, a.postgres));
+                    }
                 }
                 Ok(_) => {}
                 // Not counted: an audit that could not read the books found nothing.

@@ -29,6 +29,14 @@
 //!   shopper already has an order, Redis unreachable): those leave the flag as it is
 //!   until the next probe.
 //!
+//! A reconnection is no event either: the reload after the subscription (re)starts
+//! keeps the flags, and the TTL covers a stock event missed meanwhile. (Clearing
+//! them let a burst per sold-out sale through to Redis at every reconnection, and
+//! at start, when the first subscription came after the instance began selling.)
+//!
+//! Ids that do not exist are remembered briefly too ([`missing`]), so that asking
+//! for them again does not reach Postgres.
+//!
 //! The flag, the instant it was last set or renewed and a generation share one
 //! atomic word (no lock, no allocation; the clock is read only while the flag is
 //! set). Every clear starts a new generation, so a sold-out answer that raced with a
@@ -46,6 +54,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+pub mod missing;
 
 const REFRESH_EVERY: Duration = Duration::from_secs(30);
 
@@ -121,24 +131,32 @@ impl Entry {
 
     /// [`Entry::read_sold_out_flag`] on the clock `now` (read only if the flag is set).
     fn read_sold_out_flag_at(&self, now: impl FnOnce() -> u64) -> (bool, Observed) {
-        let s = self.state.load(Ordering::Acquire);
+        let mut s = self.state.load(Ordering::Acquire);
         if s & FLAG == 0 {
             return (false, Observed(s));
         }
         let now = now();
-        if trusted(s, now) {
-            return (true, Observed(s));
-        }
-        // Trusted long enough: this request asks Redis. The flag is re-stamped
-        // first, so the requests arriving meanwhile are still refused.
-        let probe = flagged_at(s, now);
-        match self
-            .state
-            .compare_exchange(s, probe, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => (false, Observed(probe)),
-            // Another request probes, or the flag was cleared or renewed.
-            Err(current) => (trusted(current, now), Observed(current)),
+        loop {
+            if s & FLAG == 0 {
+                // Cleared meanwhile: stock came back.
+                return (false, Observed(s));
+            }
+            if trusted(s, now) {
+                return (true, Observed(s));
+            }
+            // Trusted long enough: this request asks Redis. The flag is re-stamped
+            // first, so the requests arriving meanwhile are still refused.
+            let probe = flagged_at(s, now);
+            match self
+                .state
+                .compare_exchange(s, probe, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return (false, Observed(probe)),
+                // Another request probed, or the flag was cleared or renewed: decide
+                // again on what is there now (a renewal this request's clock already
+                // sees run out has no probe yet; this request may be it).
+                Err(current) => s = current,
+            }
         }
     }
 
@@ -177,9 +195,40 @@ pub struct VoucherCache {
     map: RwLock<HashMap<i64, Arc<Entry>>>,
     /// Puts so far: a reload keeps what was put after it read Postgres.
     puts: AtomicU64,
+    /// Ids Postgres had no voucher for, lately (none kept by default: see
+    /// [`VoucherCache::new`]).
+    missing: missing::Missing,
 }
 
 impl VoucherCache {
+    /// A cache that remembers for `missing_ttl` that an id has no voucher.
+    pub fn new(missing_ttl: Duration) -> Self {
+        Self {
+            missing: missing::Missing::new(missing_ttl),
+            ..Self::default()
+        }
+    }
+
+    /// Whether Postgres said lately that there is no voucher `id`.
+    pub fn known_missing(&self, id: i64) -> bool {
+        self.missing.contains(id)
+    }
+
+    /// What to hand [`VoucherCache::note_missing`] after a read of Postgres begun now.
+    pub fn read_marker(&self) -> u64 {
+        self.puts.load(Ordering::Acquire)
+    }
+
+    /// Postgres, read from `marker` on, has no voucher `id`: remembered unless a
+    /// voucher was put since (it may be this one).
+    pub fn note_missing(&self, id: i64, marker: u64) {
+        // Under the map's lock, which `put` holds while it counts and removes.
+        let _map = self.map.read().expect("cache poisoned");
+        if self.puts.load(Ordering::Acquire) == marker {
+            self.missing.insert(id);
+        }
+    }
+
     pub fn get(&self, id: i64) -> Option<Arc<Entry>> {
         self.map.read().expect("cache poisoned").get(&id).cloned()
     }
@@ -197,6 +246,7 @@ impl VoucherCache {
             put_at: self.puts.fetch_add(1, Ordering::AcqRel) + 1,
             ..Entry::new(voucher)
         });
+        self.missing.remove(entry.voucher.id);
         map.insert(entry.voucher.id, entry);
     }
 
@@ -222,6 +272,8 @@ impl VoucherCache {
     /// Installs `all`, read from Postgres when the cache had seen `read_at` puts.
     fn install(&self, all: Vec<Voucher>, read_at: u64, clear_flags: bool) -> usize {
         let mut map = self.map.write().expect("cache poisoned");
+        // Events may have been lost: what was missing may exist now.
+        self.missing.clear();
         let mut fresh: HashMap<i64, Arc<Entry>> = map
             .iter()
             .filter(|(_, e)| e.put_at > read_at)
@@ -238,7 +290,18 @@ impl VoucherCache {
                     }
                     old
                 }
-                _ => Arc::new(Entry::new(v)),
+                other => {
+                    let entry = Entry::new(v);
+                    // The sold-out flag is about the stock in Redis, not about the
+                    // row, which changes as orders persist (its stock falls): a
+                    // changed row keeps the flag, trusted for SOLD_OUT_TTL at most as
+                    // always. Without this, a reload during a sold-out crowd let a
+                    // whole burst through to Redis.
+                    if let Some(old) = other.filter(|_| !clear_flags) {
+                        entry.state.store(old.state.load(Ordering::Acquire), Ordering::Release);
+                    }
+                    Arc::new(entry)
+                }
             };
             fresh.insert(entry.voucher.id, entry);
         }
@@ -308,8 +371,9 @@ async fn follow_once(
         .subscribe(keys.events())
         .await
         .context("subscribing to voucher events")?;
-    // Subscribed first, then reloaded: no change can fall between the two.
-    cache.reload(pg, true).await?;
+    // Subscribed first, then reloaded: no change can fall between the two. The
+    // sold-out flags stay: a stock event missed meanwhile is covered by their TTL.
+    cache.reload(pg, false).await?;
     let mut messages = pubsub.on_message();
     let mut refresh = tokio::time::interval(REFRESH_EVERY);
     refresh.tick().await;

@@ -41,6 +41,29 @@ fn a_flag_is_trusted_for_its_ttl_then_one_request_asks_redis() {
     assert!(!sold_out, "the next probe");
 }
 
+/// A request that read an expired flag, then stalled past another request's probe
+/// and past that probe's renewal's TTL too (its clock read late), is the one probe
+/// of that expired renewal: it re-stamps the flag, so the requests after it are
+/// refused. It used to go to Redis without re-stamping, beside the next probe.
+#[test]
+fn a_request_that_stalled_past_a_renewal_is_its_one_probe() {
+    let e = entry();
+    let (_, seen) = e.read_sold_out_flag_at(at(5_000));
+    e.mark_sold_out_at(seen, 5_000);
+    let (sold_out, _) = e.read_sold_out_flag_at(|| {
+        // While this request stalls: another probes, and Redis renews the flag.
+        let (sold_out, probe) = e.read_sold_out_flag_at(at(5_000 + TTL_MS));
+        assert!(!sold_out);
+        e.mark_sold_out_at(probe, 5_001 + TTL_MS);
+        5_001 + 2 * TTL_MS
+    });
+    assert!(!sold_out, "the renewal ran out too: this request probes");
+    assert!(
+        e.read_sold_out_flag_at(at(5_001 + 2 * TTL_MS)).0,
+        "and no other request with it"
+    );
+}
+
 #[test]
 fn a_probe_that_finds_stock_clears_the_flag_and_a_late_sold_out_cannot_set_it() {
     let e = entry();
@@ -145,4 +168,54 @@ fn a_reload_keeps_what_was_put_while_it_read_postgres() {
     cache.install(vec![voucher(1, false), voucher(2, false)], read_at, false);
     assert!(cache.get(3).is_none());
     assert!(!cache.get(2).unwrap().voucher.paused);
+}
+
+/// A missing id is remembered only if no voucher was put while Postgres was read
+/// (that put may be the very voucher), is forgotten when it is put, and a reload
+/// forgets every one (events may have been lost).
+#[test]
+fn a_missing_id_never_hides_a_voucher_put_during_or_after_the_read() {
+    let cache = VoucherCache::new(Duration::from_secs(600));
+    let marker = cache.read_marker();
+    cache.note_missing(7, marker);
+    assert!(cache.known_missing(7));
+    cache.put(voucher(7, false));
+    assert!(!cache.known_missing(7), "a put forgets it");
+
+    let marker = cache.read_marker();
+    // Voucher 8 is put while its read was on its way to Postgres.
+    cache.put(voucher(8, false));
+    cache.note_missing(8, marker);
+    cache.note_missing(9, marker);
+    assert!(
+        !cache.known_missing(8) && !cache.known_missing(9),
+        "a read older than a put"
+    );
+
+    cache.note_missing(10, cache.read_marker());
+    assert!(cache.known_missing(10));
+    cache.install(Vec::new(), cache.read_marker(), false);
+    assert!(!cache.known_missing(10), "a reload forgets");
+    assert!(!VoucherCache::default().known_missing(1));
+}
+
+/// A reload that reads a changed row (its Postgres stock fell as orders persisted)
+/// keeps the sale's sold-out flag: a sold-out crowd is not let through to Redis by
+/// a reload; with `clear_flags` it is cleared as before.
+#[test]
+fn a_reload_of_a_changed_row_keeps_the_sold_out_flag() {
+    let cache = VoucherCache::default();
+    cache.put(voucher(1, false));
+    let e = cache.get(1).unwrap();
+    let (_, seen) = e.read_sold_out_flag();
+    e.mark_sold_out(seen);
+    assert!(cache.get(1).unwrap().read_sold_out_flag().0);
+    let mut changed = voucher(1, false);
+    changed.title = "changed".into();
+    cache.install(vec![changed.clone()], cache.read_marker(), false);
+    assert_eq!(cache.get(1).unwrap().voucher.title, "changed");
+    assert!(cache.get(1).unwrap().read_sold_out_flag().0, "the flag survives");
+    changed.title = "again".into();
+    cache.install(vec![changed], cache.read_marker(), true);
+    assert!(!cache.get(1).unwrap().read_sold_out_flag().0, "cleared when asked");
 }

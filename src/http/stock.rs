@@ -1,0 +1,133 @@
+//! `POST /api/v1/admin/vouchers/{id}/stock`: a top-up of a running sale, with an
+//! optional `Idempotency-Key` ([`super::idempotency`]).
+//!
+//! Postgres first (stock, total and a pending top-up in one transaction), then
+//! Redis ([`crate::voucher::topup`]). Once committed the top-up stands whatever
+//! fails afterwards, so the answer is 200 and final; with a key, a retry gets that
+//! answer (rebuilt from the top-up if the first request could not store it) and
+//! adds nothing.
+use super::auth::Admin;
+use super::error::ErrorBody;
+use super::idempotency::{self, Claim};
+use super::path::path_id;
+use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::vouchers::{announce, voucher_not_found, with_stats};
+use super::ApiError;
+use crate::app::AppState;
+use crate::voucher::model::{AddStock, MAX_STOCK};
+use crate::voucher::repo;
+use crate::voucher::topup::{self, NotRecorded, TopUp};
+use crate::voucher::view::{TopUpView, ToppedUp};
+use crate::voucher::Voucher;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde_json::Value;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/admin/vouchers/{id}/stock", web::post().to(add_stock));
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/stock", tag = "admin", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[!-~]+$",
+            description = "a retry with the same key and body answers as the first request did and adds nothing")),
+    request_body = AddStock,
+    responses((status = 200, description = "the voucher, its sale's numbers and the top-up (final: retry only with the same Idempotency-Key)", body = ToppedUp),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody,
+            description = "not_a_flash_sale; stock_limit_exceeded: the voucher's stock plus `add` would exceed 100,000,000"),
+        BodyRefused,
+        (status = 422, body = ErrorBody, description = "idempotency_key_reused: the Idempotency-Key was sent before with another request"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all)]
+pub async fn add_stock(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    admin: Admin,
+    path: web::Path<String>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&path)?;
+    let add = AddStock::parse(&body)?.add;
+    let key = idempotency::key_of(&req)?;
+    let admin = admin.0.user_id;
+    let mut tx = state.pg.begin().await?;
+    if let Some(key) = &key {
+        match idempotency::claim(&mut tx, admin, key, &idempotency::fingerprint(&req, &body)).await? {
+            Claim::New => {}
+            Claim::Replay { status, body } => return Ok(HttpResponse::build(status).json(body)),
+            Claim::Unanswered { top_up_id } => {
+                drop(tx);
+                let top_up_id = top_up_id.ok_or_else(|| {
+                    ApiError::internal(anyhow::anyhow!("an idempotency key of a top-up without its top-up"))
+                })?;
+                let top_up = topup::get(&state.pg, top_up_id).await?.ok_or_else(voucher_not_found)?;
+                let voucher = repo::get(&state.pg, top_up.voucher_id)
+                    .await?
+                    .ok_or_else(voucher_not_found)?;
+                let answer =
+                    serde_json::to_value(finish(&state, top_up, voucher).await).map_err(anyhow::Error::from)?;
+                let stored = idempotency::answer(&state.pg, admin, key, StatusCode::OK, &answer).await?;
+                return Ok(HttpResponse::Ok().json(stored));
+            }
+        }
+    }
+    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
+    let not_a_flash_sale = || ApiError::conflict("not_a_flash_sale", "this voucher has no stock to add to");
+    if voucher.flash.is_none() {
+        return Err(not_a_flash_sale());
+    }
+    let top_up = match topup::record(&mut tx, id, add).await? {
+        Ok(top_up) => top_up,
+        Err(NotRecorded::NotAFlashSale) => return Err(not_a_flash_sale()),
+        // A valid `add` that the voucher's stock leaves no room for: a conflict with
+        // the voucher's state, not a malformed request.
+        Err(NotRecorded::OverLimit) => {
+            return Err(ApiError::conflict(
+                "stock_limit_exceeded",
+                format!("add: the total stock would exceed {MAX_STOCK}"),
+            ))
+        }
+    };
+    if let Some(key) = &key {
+        idempotency::note_top_up(&mut tx, admin, key, top_up.id).await?;
+    }
+    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
+    tx.commit().await?;
+    // Committed: the top-up happens whatever fails from here on, and the answer is
+    // 200 (without a key, a retry would add the units twice).
+    let answer = finish(&state, top_up, voucher).await;
+    if let Some(key) = &key {
+        let value = serde_json::to_value(&answer).map_err(anyhow::Error::from)?;
+        match idempotency::answer(&state.pg, admin, key, StatusCode::OK, &value).await {
+            Ok(stored) => return Ok(HttpResponse::Ok().json(stored)),
+            // Committed all the same; a retry with the key rebuilds this answer.
+            Err(e) => tracing::warn!(top_up = top_up.id, error = %e, "could not store a top-up's answer"),
+        }
+    }
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// After the commit: the Redis half (or the recovery pass), the announcement and
+/// the answer. Nothing here fails: the top-up stands.
+async fn finish(state: &AppState, top_up: TopUp, voucher: Voucher) -> ToppedUp {
+    let applied = match topup::apply(&state.pg, &state.redis, &state.keys, top_up.id).await {
+        Ok(applied) => applied,
+        Err(e) => {
+            tracing::warn!(top_up = top_up.id, error = %format!("{e:#}"), "top-up left pending for recovery");
+            false
+        }
+    };
+    announce(state, &voucher).await;
+    // The numbers may not be readable (Redis away): the top-up stands all the same.
+    let stats = with_stats(state, voucher.clone()).await.ok().map(|v| v.stats);
+    ToppedUp {
+        voucher,
+        stats,
+        top_up: TopUpView {
+            id: top_up.id,
+            units: top_up.units,
+            applied,
+        },
+    }
+}
