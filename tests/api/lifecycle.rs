@@ -381,3 +381,112 @@ async fn cancel_and_sweep_racing_a_redelivered_batch_lock_the_voucher_first_and_
     assert_eq!(worker, Ok(0), "the redelivered order is already stored");
     assert_eq!(stocks(&app, v).await, (5, 5), "both units back, once each");
 }
+
+/// `n` concurrent `verb` requests of `user` on one order: each answer's status,
+/// code and `Retry-After`, and how long the storm took.
+async fn storm(
+    app: &TestApp,
+    id: &str,
+    user: i64,
+    verb: &str,
+    n: usize,
+) -> (Vec<(u16, String, Option<u64>)>, Duration) {
+    let token = app.shopper(user);
+    let url = format!("{}/api/v1/orders/{id}/{verb}", app.addr);
+    let started = std::time::Instant::now();
+    let answers = join_all((0..n).map(|_| async {
+        let resp = app
+            .client
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let retry = resp
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().parse::<u64>().unwrap());
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        (status, code(&body).to_owned(), retry)
+    }))
+    .await;
+    (answers, started.elapsed())
+}
+
+/// Checks a storm's answers: exactly one `verb` succeeded; the rest are the
+/// order's state (409), or 429 `rate_limited` with `Retry-After`; nothing else,
+/// no 5xx. The limiter let at most its burst (5) plus 5 a second through, so at
+/// least the others got 429.
+fn check_storm(answers: &[(u16, String, Option<u64>)], took: Duration, refused: &str) {
+    let ok = answers.iter().filter(|a| a.0 == 200).count();
+    let limited = answers.iter().filter(|a| a.0 == 429).count();
+    assert_eq!(ok, 1, "exactly one succeeds: {answers:?}");
+    for a in answers {
+        match (a.0, a.1.as_str()) {
+            (200, _) => {}
+            (409, c) if c == refused || c == "request_in_progress" => {}
+            (429, "rate_limited") => assert!(a.2.is_some_and(|s| s >= 1), "429 without Retry-After: {a:?}"),
+            _ => panic!("unexpected answer in a storm: {a:?}"),
+        }
+    }
+    let passed = answers.len() - limited;
+    let allowed = 5 + 5 * took.as_secs_f64().ceil() as usize;
+    println!(
+        "storm of {}: {ok} x 200, {} x 409, {limited} x 429 in {took:?}",
+        answers.len(),
+        passed - ok
+    );
+    assert!(
+        passed <= allowed,
+        "{passed} passed the limiter in {took:?} (at most {allowed})"
+    );
+}
+
+/// One shopper's storm of pays (and another's of cancels), 200 concurrent requests
+/// of one order each, while other shoppers order and pay: the storms' extra requests
+/// get 429 with `Retry-After` at once (the per-shopper limit is checked before the
+/// wait for the shopper's lock), and every other shopper's order is accepted and
+/// their pay succeeds. No answer is a 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shoppers_pay_storm_is_limited_and_others_are_served() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER", "5")
+        .spawn()
+        .await;
+    let v = app.flash_sale(50).await;
+    let (payer, canceller) = (created_order(&app, v, 7).await, created_order(&app, v, 8).await);
+    let others = 100..120i64;
+    let crowd = async {
+        join_all(others.clone().map(|user| {
+            let app = &app;
+            async move {
+                let (status, body) = app.order(v, user).await;
+                assert_eq!(status, StatusCode::ACCEPTED, "shopper {user}'s order: {body}");
+                let id = body["order_id"].as_str().unwrap().to_owned();
+                eventually(Duration::from_secs(20), || async {
+                    let (_, o) = app.get(&format!("/api/v1/orders/{id}"), Some(&app.shopper(user))).await;
+                    (o["status"] == "created").then_some(())
+                })
+                .await
+                .expect("order persisted");
+                act(app, &id, user, "pay").await
+            }
+        }))
+        .await
+    };
+    let ((pays, pay_took), (cancels, cancel_took), crowd) = tokio::join!(
+        storm(&app, &payer, 7, "pay", 200),
+        storm(&app, &canceller, 8, "cancel", 200),
+        crowd
+    );
+    check_storm(&pays, pay_took, "order_not_payable");
+    check_storm(&cancels, cancel_took, "order_not_cancellable");
+    for (user, (status, body)) in others.zip(crowd) {
+        assert_eq!(status, StatusCode::OK, "shopper {user}'s pay: {body}");
+        assert_eq!(body["status"], "paid");
+    }
+    app.shutdown().await;
+}

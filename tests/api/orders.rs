@@ -2,6 +2,7 @@
 //! once per shopper; the sale window and the voucher's kind come from the cache; an
 //! order is pending, then created; the sold-out flag answers without Redis for a
 //! bounded time and stays correct when stock comes back.
+use crate::fixtures::OwnRedis;
 use crate::helpers::*;
 use futures::future::join_all;
 use reqwest::StatusCode;
@@ -9,7 +10,7 @@ use seckill::voucher::cache::SOLD_OUT_TTL;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// 2,000 concurrent requests from 700 shoppers at stock 100. The deadline of a Redis
 /// call is raised: on a loaded machine 2,000 queued scripts of a debug build can take
@@ -76,6 +77,11 @@ async fn a_flash_crowd_buys_exactly_the_stock_once_per_shopper() {
     assert_eq!(numbers.len(), 100, "order numbers are unique");
     let re_ok = |n: &str| n.len() == 14 && n.starts_with("SK") && n[2..].bytes().all(|b| b.is_ascii_digit());
     assert!(numbers.iter().all(|n| re_ok(n)), "{numbers:?}");
+    // Unique indexes cannot show a reissued id or number (the worker stores a
+    // colliding number under a fresh one): its incident counters can.
+    assert_no_incidents("flash crowd", &[&app.addr]).await;
+    // Nothing in flight, the books balance.
+    assert_balanced(&app, v).await;
 }
 
 #[tokio::test]
@@ -243,7 +249,7 @@ async fn the_sold_out_flag_answers_without_redis_until_stock_returns() {
 }
 
 /// Order-script calls this instance made (`reserve.lua` round trips).
-async fn reserve_calls(app: &TestApp) -> u64 {
+pub(crate) async fn reserve_calls(app: &TestApp) -> u64 {
     let text = app
         .client
         .get(format!("{}/metrics", app.addr))
@@ -262,7 +268,8 @@ async fn reserve_calls(app: &TestApp) -> u64 {
 /// A one-unit sale, sold out on an instance started after the sale was created.
 /// That instance loaded the voucher from Postgres at start, so no event about it
 /// is still on its way to replace its cache entry (which would drop the flag).
-async fn sold_out_on_a_quiet_instance(ns: &Namespace) -> (TestApp, TestApp, i64) {
+/// Also returns an instant before the flag was set.
+async fn sold_out_on_a_quiet_instance(ns: &Namespace) -> (TestApp, TestApp, i64, std::time::Instant) {
     let app = TestApp::spawn(ns).await;
     let v = app.flash_sale(1).await;
     let quiet = TestApp::builder(ns).api_only().spawn().await;
@@ -271,13 +278,14 @@ async fn sold_out_on_a_quiet_instance(ns: &Namespace) -> (TestApp, TestApp, i64)
     })
     .await
     .expect("the instance loaded the sale");
+    let flagged = std::time::Instant::now();
     let (status, body) = quiet.order(v, 2).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::CONFLICT, "sold_out"),
         "Redis says so: the flag is set"
     );
-    (app, quiet, v)
+    (app, quiet, v, flagged)
 }
 
 /// Stock can come back in Redis without its pub/sub event: a lost publish, a crash
@@ -287,7 +295,7 @@ async fn sold_out_on_a_quiet_instance(ns: &Namespace) -> (TestApp, TestApp, i64)
 #[tokio::test]
 async fn stock_back_in_redis_without_a_stock_event_is_sold_again_within_a_bounded_time() {
     let ns = Namespace::new().await;
-    let (app, quiet, v) = sold_out_on_a_quiet_instance(&ns).await;
+    let (app, quiet, v, _) = sold_out_on_a_quiet_instance(&ns).await;
     assert_eq!(code(&quiet.order(v, 3).await.1), "sold_out");
 
     // A unit back in Redis, and no event published.
@@ -319,12 +327,13 @@ async fn stock_back_in_redis_without_a_stock_event_is_sold_again_within_a_bounde
 
 /// While a sale stays sold out, however many requests arrive at once, an instance
 /// sends Redis at most one order request per voucher per second: the one whose
-/// answer renews the flag.
+/// answer renews the flag. Exact, not a rate seen on a quiet machine: the k-th
+/// probe can leave only k seconds after the flag was set (each re-stamps it before
+/// it goes), so a loaded machine makes fewer calls, never more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sold_out_sale_costs_redis_at_most_one_request_a_second() {
     let ns = Namespace::new().await;
-    let started = std::time::Instant::now();
-    let (app, quiet, v) = sold_out_on_a_quiet_instance(&ns).await;
+    let (app, quiet, v, flagged) = sold_out_on_a_quiet_instance(&ns).await;
     let before = reserve_calls(&quiet).await;
     let mut answered = 0;
     // Bursts of concurrent requests for 2.5 s: the flag's trust runs out twice.
@@ -336,20 +345,141 @@ async fn a_sold_out_sale_costs_redis_at_most_one_request_a_second() {
         }
         answered += 16;
     }
-    // Few calls: the design aims at one per second since the flag was set; on this
-    // busy 2-core machine up to about three a second were seen, so the bound checks
-    // that the flag answers nearly every request (without it, one call per request).
-    let elapsed = started.elapsed();
     let calls = reserve_calls(&quiet).await - before;
+    // Read after the count: every call counted left before this instant.
+    let since_flag = flagged.elapsed();
+    println!("{calls} Redis calls for {answered} sold-out requests, {since_flag:?} after the flag was set");
     assert!(
         calls >= 1,
         "the flag is checked with Redis again once its trust ran out"
     );
     assert!(
-        calls <= 4 * (elapsed.as_secs() + 1) && calls * 50 <= answered,
-        "{calls} Redis calls for {answered} sold-out requests in {:?} ({elapsed:?} since the sale was created)",
-        bursts.elapsed()
+        calls <= since_flag.as_secs(),
+        "{calls} Redis calls for {answered} sold-out requests in {since_flag:?} since the flag was set: more than one a second"
     );
     quiet.shutdown().await;
     app.shutdown().await;
+}
+
+/// The cache's subscription to the voucher events drops and comes back (a Redis
+/// restart, a network blip; and at every start, where the first subscription comes
+/// just after the instance began serving). The reload that follows keeps the
+/// sold-out flags: a stock event missed meanwhile is covered by the flag's
+/// `SOLD_OUT_TTL`, like any lost event. It used to clear them, and the next request
+/// went to Redis however recently the flag was renewed: a whole burst of a sold-out
+/// crowd once (18 calls in 2.5 s, when a loaded machine delayed the first
+/// subscription past the sell-out). Three resubscriptions under a steady stream of
+/// orders; no two order-script calls less than `SOLD_OUT_TTL` apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_resubscribed_cache_keeps_its_sold_out_flags() {
+    let ns = Namespace::new().await;
+    // A server of the test's own: the test drops every subscriber on it.
+    let redis = OwnRedis::snapshots_only();
+    let app = TestApp::builder(&ns).env("REDIS_URL", redis.url()).spawn().await;
+    let v = app.flash_sale(1).await;
+    let quiet = TestApp::builder(&ns)
+        .env("REDIS_URL", redis.url())
+        .api_only()
+        .spawn()
+        .await;
+    assert_eq!(quiet.order(v, 1).await.0, StatusCode::ACCEPTED);
+    let mut stream = SoldOutStream::new(&quiet, v).await;
+    stream.order().await;
+    assert_eq!(stream.calls.len(), 1, "Redis said sold out: the flag is set");
+    for _ in 0..3 {
+        // Only a reload that read Postgres after this brings it into the cache.
+        let marker = voucher_without_an_event(&app).await;
+        let killed = redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap_or_default();
+        assert!(
+            killed.trim().parse::<u32>().unwrap_or(0) >= 1,
+            "subscribers dropped: {killed}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while code(&quiet.order(marker, 1).await.1) != "not_a_flash_sale" {
+            assert!(
+                Instant::now() < deadline,
+                "no reload within 10 s of the subscription dropping"
+            );
+            stream.order().await;
+        }
+        for _ in 0..20 {
+            stream.order().await;
+        }
+    }
+    // And on, until the flag's trust ran out at least once since.
+    let until = Instant::now() + SOLD_OUT_TTL + Duration::from_millis(200);
+    while Instant::now() < until {
+        stream.order().await;
+    }
+    let calls = &stream.calls;
+    // Each call's interval in milliseconds since the order that set the flag was sent.
+    let ms = |t: Instant| t.duration_since(calls[0].0).as_millis();
+    let log: Vec<String> = calls.iter().map(|&(a, b)| format!("{}..{}", ms(a), ms(b))).collect();
+    println!(
+        "{} order-script calls for {} sold-out orders, at ms {log:?}",
+        calls.len(),
+        stream.sent
+    );
+    assert!(
+        calls.len() >= 2,
+        "the flag is checked with Redis again once its trust ran out"
+    );
+    for pair in calls.windows(2) {
+        // The flag's clock counts whole milliseconds.
+        let at_most = pair[1].1 - pair[0].0;
+        assert!(
+            at_most >= SOLD_OUT_TTL - Duration::from_millis(1),
+            "two order-script calls at most {at_most:?} apart while the sale was sold out (at ms {log:?})"
+        );
+    }
+    quiet.shutdown().await;
+    app.shutdown().await;
+}
+
+/// Orders one after another for a sold-out sale, each answered `sold_out`, noting
+/// when each order-script call happened.
+struct SoldOutStream<'a> {
+    app: &'a TestApp,
+    voucher: i64,
+    sent: i64,
+    counted: u64,
+    /// Per call, an interval it happened in: (order sent, call counted).
+    calls: Vec<(Instant, Instant)>,
+}
+
+impl<'a> SoldOutStream<'a> {
+    async fn new(app: &'a TestApp, voucher: i64) -> Self {
+        let counted = reserve_calls(app).await;
+        Self {
+            app,
+            voucher,
+            sent: 0,
+            counted,
+            calls: Vec::new(),
+        }
+    }
+
+    async fn order(&mut self) {
+        self.sent += 1;
+        let sent = Instant::now();
+        let (status, body) = self.app.order(self.voucher, 1_000 + self.sent).await;
+        assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "sold_out"), "{body}");
+        let counted = reserve_calls(self.app).await;
+        let at = Instant::now();
+        for _ in self.counted..counted {
+            self.calls.push((sent, at));
+        }
+        self.counted = counted;
+    }
+}
+
+/// An ordinary voucher written to Postgres alone, with no event: only a full
+/// reload brings it into an instance's cache.
+async fn voucher_without_an_event(app: &TestApp) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO vouchers (shop_id, title, pay_value, actual_value) VALUES (1, 'reload marker', 0, 0) RETURNING id",
+    )
+    .fetch_one(app.pg())
+    .await
+    .unwrap()
 }

@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// id, user_id, status, order_no, issued_id.
+type StoredOrder = (i64, i64, String, Option<String>, Option<i64>);
+
 /// Waits until every id in `ids` is stored in Postgres.
 async fn persisted(app: &TestApp, ids: &HashSet<i64>) {
     let pg = app.pg().clone();
@@ -95,6 +98,7 @@ async fn redis_restored_from_an_older_snapshot_sells_no_one_twice_and_loses_noth
         .await;
     assert_eq!(voucher["stats"]["stock_remaining"], 0, "{voucher}");
     assert_balanced(&app, v).await;
+    assert_no_incidents("restored from an older snapshot", &[&app.addr]).await;
 }
 
 /// The same restore while a crowd is ordering: some requests land on the old
@@ -129,8 +133,12 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     .expect("a quarter of the crowd answered");
     tokio::task::block_in_place(|| redis.crash_and_restart());
     let crowd = crowd.await.unwrap();
-    let mut acknowledged: HashSet<i64> = first.values().copied().collect();
-    acknowledged.extend(accepted(&crowd).into_values());
+    // A list, not a set: an id handed out twice must show as a repeat. Only the
+    // crowd's orders may be lost with the server (they alone were admitted after
+    // the snapshot and maybe not relayed when it died).
+    let mut acknowledged: Vec<i64> = first.values().copied().collect();
+    let in_the_crowd: HashSet<i64> = accepted(&crowd).into_values().collect();
+    acknowledged.extend(in_the_crowd.iter().copied());
     selling_again(&app, v, 99_999).await;
     // Everyone who did not get an answer tries again, and later shoppers come, until
     // Redis says the sale is sold out. (The units of orders lost with the server are
@@ -166,8 +174,8 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     })
     .await;
 
-    let rows: Vec<(i64, i64, String, Option<String>)> =
-        sqlx::query_as("SELECT id, user_id, status, order_no FROM voucher_orders WHERE voucher_id = $1")
+    let rows: Vec<StoredOrder> =
+        sqlx::query_as("SELECT id, user_id, status, order_no, issued_id FROM voucher_orders WHERE voucher_id = $1")
             .bind(v)
             .fetch_all(app.pg())
             .await
@@ -186,13 +194,22 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     assert_eq!(users.len(), live.len(), "no shopper holds two orders");
     assert_eq!(numbers.len(), live.len(), "no business number issued twice");
     assert!(live.len() as i64 <= stock, "no oversell");
+    let distinct: HashSet<i64> = acknowledged.iter().copied().collect();
+    assert_eq!(distinct.len(), acknowledged.len(), "an order id acknowledged twice");
+    // An order whose id was already taken is stored under a fresh one, its issued id
+    // kept in issued_id: a restored id counter handing ids out again shows there.
+    let reissued: Vec<_> = rows.iter().filter_map(|r| r.4).collect();
+    assert!(reissued.is_empty(), "order ids issued twice: {reissued:?}");
     // Orders the old server admitted after the snapshot and had not relayed when it
     // died are gone with it (this Redis keeps nothing but the snapshot: the risk
     // /health/ready reports); every other acknowledged order is stored.
     let stored: HashSet<i64> = rows.iter().map(|r| r.0).collect();
-    println!(
-        "rollback in flight: lost with the server {}",
-        acknowledged.difference(&stored).count()
+    let lost: HashSet<i64> = distinct.difference(&stored).copied().collect();
+    println!("rollback in flight: lost with the server {}", lost.len());
+    assert!(
+        lost.is_subset(&in_the_crowd),
+        "orders lost that were not in flight at the restore: {:?}",
+        lost.difference(&in_the_crowd).collect::<Vec<_>>()
     );
     let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
         .bind(v)
@@ -206,6 +223,7 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     );
     assert_balanced(&app, v).await;
     assert_eq!(live.len() as i64, stock, "the whole stock sold");
+    assert_no_incidents("rollback in flight", &[&app.addr]).await;
 }
 
 /// Fencing tokens keep growing across Redis going back in time: a token drawn
@@ -294,16 +312,23 @@ async fn counters_never_reissue_after_a_restore() {
     let v = app.flash_sale(100).await;
     let mut issued: Vec<String> = numbers(&app, 9, 3).await.unwrap();
     let mut ids: Vec<i64> = accepted(&wave(&app, v, 1..=5).await).into_values().collect();
+    assert_eq!(ids.len(), 5);
     redis.snapshot();
     issued.extend(numbers(&app, 9, 4).await.unwrap());
     ids.extend(accepted(&wave(&app, v, 6..=12).await).into_values());
+    assert_eq!(ids.len(), 12, "ids drawn after the snapshot (blocks of 3)");
     redis.crash_and_restart();
     let after = eventually(Duration::from_secs(60), || async { numbers(&app, 9, 5).await })
         .await
         .expect("numbers again after the restore");
     issued.extend(after);
     selling_again(&app, v, 13).await;
-    ids.extend(accepted(&wave(&app, v, 14..=30).await).into_values());
+    // Compared with something: the waves after the restore were accepted (ids
+    // drawn from the restored counter), and numbers were issued after it.
+    let later = accepted(&wave(&app, v, 14..=30).await);
+    assert_eq!(later.len(), 17, "every shopper after the restore got an id");
+    ids.extend(later.into_values());
+    assert_eq!(issued.len(), 12);
     let distinct: HashSet<&String> = issued.iter().collect();
     assert_eq!(
         distinct.len(),
