@@ -7,8 +7,10 @@
 -- ARGV[1] user id   ARGV[2] order id   ARGV[3] created_ms   ARGV[4] voucher id
 --
 -- Returns the stock left after this order (>= 0) when accepted, or
---   -1 sold out, -2 the shopper already has an order, -3 the voucher's stock is not
---   loaded (Redis lost it: the caller must refuse rather than sell from nothing).
+--   -1 sold out, {-2, order id} the shopper already has an order (its id, from the
+--   buyers hash: the shopper learns it without another round trip), -3 the
+--   voucher's stock is not loaded (Redis lost it: the caller must refuse rather
+--   than sell from nothing).
 --
 -- Why one script: Redis runs it without interleaving any other command, so the stock
 -- check, the one-per-shopper check, the decrement, the shopper mark and the outbox
@@ -21,8 +23,9 @@ local stock = redis.call('GET', KEYS[1])
 if not stock then
   return -3
 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
-  return -2
+local existing = redis.call('HGET', KEYS[2], ARGV[1])
+if existing then
+  return {-2, existing}
 end
 stock = tonumber(stock)
 if stock <= 0 then

@@ -34,7 +34,7 @@ phase() { # name redis_url cluster wait_replicas
   export DATABASE_URL="postgres://root@127.0.0.1:5432/seckill_bc_$ns" SECKILL_NAMESPACE=$ns \
     REDIS_URL=$2 SECKILL_REDIS_CLUSTER=$3 SECKILL_REDIS_WAIT_REPLICAS=$4 \
     SECKILL_HTTP_ADDR=127.0.0.1:0 SECKILL_RATE_LIMIT_PER_IP=0 SECKILL_RATE_LIMIT_PER_USER=0 \
-    SECKILL_MAX_IN_FLIGHT=0 SECKILL_JWT_SECRET=bench-cluster-secret-0123456789 RUST_LOG=warn,seckill=info
+    SECKILL_MAX_IN_FLIGHT=0 SECKILL_JWT_SECRET=bench-cluster-secret-0123456789abcdef RUST_LOG=warn,seckill=info
   $B all >"$work/$name.log" 2>&1 &
   server=$!
   local port=""

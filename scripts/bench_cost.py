@@ -121,7 +121,7 @@ class Deployment:
             "REDIS_URL": REDIS_URL,
             "SECKILL_NAMESPACE": self.ns,
             "SECKILL_HTTP_ADDR": f"127.0.0.1:{self.port}",
-            "SECKILL_JWT_SECRET": "bench-cost-secret-0123456789",
+            "SECKILL_JWT_SECRET": "bench-cost-secret-0123456789abcdef",
             "SECKILL_RATE_LIMIT_PER_IP": "0",
             "SECKILL_MAX_IN_FLIGHT": "0",
             "RUST_LOG": os.environ.get("RUST_LOG", "warn"),

@@ -17,7 +17,7 @@ BIN=${1:-target/debug/seckill}
 if [ $# -eq 0 ]; then cargo build --quiet --bin seckill; fi
 k6 --version 2>/dev/null | grep -qE "$K6_VERSION_RE" || { echo "k6_smoke.sh: $K6_REQUIREMENT not found (scripts/services.sh installs it)" >&2; exit 1; }
 
-export SECKILL_JWT_SECRET=${SECKILL_JWT_SECRET:-k6-smoke-$(date +%s)-$$-secret}
+export SECKILL_JWT_SECRET=${SECKILL_JWT_SECRET:-k6-smoke-$(date +%s)-$$-secret-0123456789abcdef}
 # Load from one address, many shoppers: no per-address or per-shopper limit.
 export SECKILL_RATE_LIMIT_PER_IP=0 SECKILL_RATE_LIMIT_PER_USER=0
 SERVER_PREFIX=k6smoke

@@ -4,6 +4,7 @@
 //! relay --publish (persistent, mandatory, confirmed)--> <ns>.orders (direct exchange)
 //!       --> <ns>.orders (quorum queue) --> worker
 //!           rejected, or delivered more than the limit --> <ns>.orders.dlx --> <ns>.orders.dead
+//!           (at least once: see `orders_queue`)
 //!
 //! worker --publish (per-message TTL = payment window)--> <ns>.orders.delay (classic queue,
 //!       no consumer) --expired--> <ns>.orders.timeout (fanout) --> <ns>.orders.timeout (queue)
@@ -16,6 +17,8 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use std::time::Duration;
 use tokio::sync::Mutex;
+
+pub mod orders_queue;
 
 /// Routing key of order batches.
 pub const ORDERS_ROUTING_KEY: &str = "orders";
@@ -115,12 +118,17 @@ impl Broker {
     /// the connection alive for as long as it uses the channel.
     pub async fn open(&self) -> Result<(Connection, Channel)> {
         let conn = self.connect().await?;
+        let k = &self.keys;
+        let args = orders_queue::arguments(&k.dead_exchange(), self.delivery_limit);
+        let (queue, exchange) = (k.orders_queue(), k.orders_exchange());
+        orders_queue::declare(&conn, &queue, &exchange, ORDERS_ROUTING_KEY, args).await?;
         let channel = conn.create_channel().await.context("opening an AMQP channel")?;
         self.declare(&channel).await?;
         Ok((conn, channel))
     }
 
-    /// Declares exchanges and queues; idempotent, so every (re)connect runs it.
+    /// Declares exchanges and queues and binds the orders queue (declared before,
+    /// see [`orders_queue`]); idempotent, so every (re)connect runs it.
     pub async fn declare(&self, ch: &Channel) -> Result<()> {
         let k = &self.keys;
         // Durable: the topology survives a broker restart.
@@ -145,30 +153,10 @@ impl Broker {
         .await
         .context("declaring the dead-letter exchange")?;
 
-        let mut args = FieldTable::default();
-        // Quorum: replicated and fsynced, faster than a durable classic queue for
-        // confirmed persistent messages, and it counts deliveries (x-delivery-count).
-        args.insert(
-            ShortString::from("x-queue-type"),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
-        // A message redelivered this often (a batch the database keeps refusing) is
-        // dead-lettered instead of being retried forever.
-        args.insert(
-            ShortString::from("x-delivery-limit"),
-            AMQPValue::LongLongInt(self.delivery_limit as i64),
-        );
-        args.insert(
-            ShortString::from("x-dead-letter-exchange"),
-            AMQPValue::LongString(LongString::from(k.dead_exchange())),
-        );
         let queue_opts = QueueDeclareOptions {
             durable: true,
             ..Default::default()
         };
-        ch.queue_declare(k.orders_queue().into(), queue_opts, args)
-            .await
-            .context("declaring the orders queue")?;
         ch.queue_bind(
             k.orders_queue().into(),
             k.orders_exchange().into(),

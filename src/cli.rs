@@ -63,7 +63,13 @@ pub fn run(cli: Cli) -> Result<()> {
             Some(RoleArg::Admin) => Role::Admin,
             Some(RoleArg::Service) => Role::Service,
         };
-        let keys = JwtKeys::new(settings.jwt_secret.expose());
+        let keys = JwtKeys::from_settings(&settings);
+        // Never mint what the server refuses.
+        anyhow::ensure!(
+            ttl_secs <= keys.max_ttl_secs(),
+            "--ttl-secs {ttl_secs} is longer than the server accepts (SECKILL_JWT_MAX_TTL_SECS = {})",
+            keys.max_ttl_secs()
+        );
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for u in user..user.saturating_add(count as i64) {
             use std::io::Write;

@@ -149,6 +149,14 @@ mod tests {
         assert_eq!(parse_value(&json!(42.0)), Ok(42));
     }
 
+    #[test]
+    fn a_whole_number_written_as_a_float_parses_exactly() {
+        // Found by schemathesis: without serde_json's float_roundtrip this text
+        // parsed beside the whole number and was refused as a fraction.
+        let n: serde_json::Number = serde_json::from_str("1952630990409391.0").unwrap();
+        assert_eq!(as_whole(&n), Some(1_952_630_990_409_391));
+    }
+
     /// The document's pattern for ids in URLs and bodies is `parse_str`.
     #[test]
     fn the_digits_pattern_is_parse_str() {

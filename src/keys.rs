@@ -71,6 +71,12 @@ impl Keys {
         self.shard(voucher_id, shard, shards, "outbox")
     }
 
+    /// The repair fence of the shard whose outbox stream is `outbox` (the same hash
+    /// tag): for scripts that get an outbox's key and must refuse a stale caller.
+    pub fn repair_fence_of_outbox(&self, outbox: &str) -> Option<String> {
+        outbox.strip_suffix(":outbox").map(|base| format!("{base}:repair"))
+    }
+
     /// [`Keys::repair_fence`] of one shard.
     pub fn repair_fence_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
         self.shard(voucher_id, shard, shards, "repair")
@@ -154,10 +160,32 @@ impl Keys {
         format!("{}:outboxes", self.ns)
     }
 
+    /// Hash of the moves between shards under way: transfer id ->
+    /// "voucher:shards:from:to:units", written before a move's first step and
+    /// removed after its last, so that the recovery pass reads one key per second
+    /// whatever the number of sales and shards (`voucher::refill`).
+    pub fn moves(&self) -> String {
+        format!("{}:moves", self.ns)
+    }
+
+    /// A sale's refill lease (shard 0's hash tag): one refill of the sale at a time
+    /// across instances (`voucher::refill`).
+    pub fn refill_lease(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "refill")
+    }
+
     /// The epoch whose state this Redis holds (written by the last repair); it
     /// must equal the epoch Postgres records for the server.
     pub fn epoch(&self) -> String {
         format!("{}:epoch", self.ns)
+    }
+
+    /// The Redis clock: a number the epoch guard advances on every healthy check
+    /// and Postgres records (`redis_clocks`); below the recorded value, Redis went
+    /// back in time. Tagged with the epoch marker's name, so that both live in
+    /// one slot (read together, on one master of a cluster).
+    pub fn clock(&self) -> String {
+        format!("{ns}:{{{ns}:epoch}}:clock", ns = self.ns)
     }
 
     /// Pub/sub channel that tells every instance a voucher or its stock changed.
@@ -299,6 +327,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_clock_lives_in_the_slot_of_the_epoch_marker() {
+        let k = Keys::new("ns");
+        assert!(k.clock().starts_with("ns:"), "{}", k.clock());
+        assert_eq!(slot(k.clock().as_bytes()), slot(k.epoch().as_bytes()));
+    }
+
+    #[test]
     fn voucher_keys_share_one_hash_tag() {
         let k = Keys::new("ns");
         for key in [k.stock(7), k.buyers(7), k.orders(7), k.outbox(7), k.topups(7)] {
@@ -324,8 +359,12 @@ mod tests {
         assert_eq!(split(2, 4), vec![1, 1, 0, 0]);
         assert_eq!(split(7, 1), vec![7]);
         assert_eq!(shard_of(12345, 1), 0);
-        // Fixed values: changing the mix would move every live sale's shoppers.
-        assert_eq!(shard_of(1, 4), shard_of(1, 4));
+        // Fixed values (computed once from this code): a change of the mix would
+        // move a live sale's shoppers to another shard, where they could order again.
+        let four: Vec<u32> = (1..=12).map(|u| shard_of(u, 4)).collect();
+        assert_eq!(four, [1, 2, 1, 2, 2, 0, 3, 2, 0, 2, 1, 3]);
+        assert_eq!(shard_of(123_456_789, 64), 57);
+        assert_eq!(shard_of(-1, 6), 2);
         let mut seen = [0u32; 4];
         for u in 0..4000 {
             seen[shard_of(u, 4) as usize] += 1;
@@ -357,7 +396,13 @@ mod tests {
             per[masters(slot(format!("{{{}}}", shard_tag(1, k, 6)).as_bytes()))] += 1;
         }
         assert_eq!(per, [2, 2, 2]);
-        assert_eq!(shard_tag(9, 2, 6), shard_tag(9, 2, 6));
+        // Fixed values (computed once from this code): a change of the search would
+        // move a live sale's shard keys, and with them its stock and buyers.
+        let tags: Vec<String> = (0..6).map(|k| shard_tag(1, k, 6).to_string()).collect();
+        assert_eq!(tags, ["v1", "v1.1.1", "v1.2.18", "v1.3.1", "v1.4.0", "v1.5.3"]);
+        assert_eq!(&*shard_tag(9, 2, 6), "v9.2.10");
+        assert_eq!(&*shard_tag(7, 3, 4), "v7.3.2");
+        assert_eq!(&*shard_tag(123_456_789, 63, 64), "v123456789.63.51");
     }
 
     #[test]

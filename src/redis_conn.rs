@@ -19,7 +19,6 @@
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind,
     Value,
@@ -29,6 +28,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::{Mutex, Notify};
+
+mod cluster_identity;
+mod masters;
+mod verdict;
+pub use masters::MasterFacts;
+pub use verdict::{breaks_connection, is_transient};
 
 /// What this process knows about the Redis server it may sell from.
 #[derive(Default)]
@@ -80,6 +85,8 @@ pub struct Redis {
     /// Held while a new connection is made, so that callers make one, not many.
     connecting: Arc<Mutex<()>>,
     identity: Arc<Identity>,
+    /// What was read of a cluster's masters, shared like `identity`.
+    masters: Arc<cluster_identity::Masters>,
     timeout: Duration,
     main_runtime: Option<Handle>,
 }
@@ -92,6 +99,13 @@ pub struct Conn {
     inner: Link,
     broken: Arc<AtomicBool>,
     run_id: Arc<str>,
+    /// On a cluster, the slot ranges of the masters that did not answer when the
+    /// identity was read (see [`cluster_identity`]): commands on them are refused
+    /// here, never sent. Empty otherwise.
+    refused: Arc<[(u16, u16)]>,
+    /// The masters' generation when read: a connection that refuses slots is
+    /// replaced once the masters that answer change.
+    generation: u64,
 }
 
 #[derive(Clone)]
@@ -106,37 +120,34 @@ impl Conn {
         &self.run_id
     }
 
-    fn watch<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
-        if let Err(e) = &r {
-            // On a cluster (no retries, see `cluster_client`) a timeout may be a
-            // node gone: connect anew and check the masters.
-            if is_fatal(e) || (matches!(self.inner, Link::Cluster(_)) && e.is_timeout()) {
-                self.broken.store(true, Ordering::Release);
-            }
+    /// The slot of a command on a master that did not answer when this
+    /// connection's identity was read, if it is one.
+    fn refuses(&self, cmd: &Cmd) -> Option<u16> {
+        if self.refused.is_empty() {
+            return None;
+        }
+        let slot = crate::keys::slot(first_key(cmd)?);
+        self.refused
+            .iter()
+            .any(|(a, b)| (*a..=*b).contains(&slot))
+            .then_some(slot)
+    }
+
+    /// Marks the connection broken after an error, or a reply (`refused`), that
+    /// says the server may not be the writable master we know (see [`verdict`]).
+    fn watch<T>(&self, r: RedisResult<T>, refused: impl Fn(&T) -> bool) -> RedisResult<T> {
+        let broken = match &r {
+            // A timeout too: on a cluster (no retries, see `cluster_client`) it
+            // may be a node gone; connect anew and check who answers. Not a server
+            // that is out of memory or busy: it is still the one we know.
+            Err(e) => verdict::breaks_connection(e),
+            Ok(v) => refused(v),
+        };
+        if broken {
+            self.broken.store(true, Ordering::Release);
         }
         r
     }
-}
-
-/// Errors after which this connection may not be talking to the server we know.
-fn is_fatal(e: &RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::ReadOnly
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::BusyLoading
-                    // A cluster whose slots moved (a failover, a reshard): the next
-                    // caller connects anew and reads the masters' identity.
-                    | ServerErrorKind::Moved
-                    | ServerErrorKind::Ask
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::TryAgain
-            ) | ErrorKind::ClusterConnectionNotFound
-        )
 }
 
 /// A cluster client that never retries or follows a redirect by itself: a moved
@@ -154,11 +165,14 @@ fn cluster_client(urls: &[String], timeout: Duration) -> RedisResult<ClusterClie
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
+            if let Some(slot) = self.refuses(cmd) {
+                return Err(unverified_slot(slot));
+            }
             let r = match &mut self.inner {
                 Link::Node(c) => c.req_packed_command(cmd).await,
                 Link::Cluster(c) => c.req_packed_command(cmd).await,
             };
-            self.watch(r)
+            self.watch(r, verdict::reply_refuses)
         })
     }
 
@@ -169,12 +183,15 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
+            if let Some(slot) = cmd.cmd_iter().find_map(|c| self.refuses(c)) {
+                return Err(unverified_slot(slot));
+            }
             let r = match &mut self.inner {
                 Link::Node(c) => c.req_packed_commands(cmd, offset, count).await,
                 Link::Cluster(c) if cmd.is_transaction() => c.req_packed_commands(cmd, offset, count).await,
                 Link::Cluster(c) => split_by_slot(c, cmd).await,
             };
-            self.watch(r)
+            self.watch(r, |replies| replies.iter().any(verdict::reply_refuses))
         })
     }
 
@@ -186,8 +203,19 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// The first key of the commands our pipelines send: the first argument, or for
-/// scripts the first of their keys; none for commands that take no key.
+/// A command refused by [`Conn::refuses`]: transient (503), and it does not break
+/// the connection (it was never sent; the connection serves the other slots).
+fn unverified_slot(slot: u16) -> RedisError {
+    RedisError::from((
+        ErrorKind::ClusterConnectionNotFound,
+        "the master of this slot did not answer when the connection was verified",
+        format!("slot {slot}"),
+    ))
+}
+
+/// The first key of the commands we send: the first argument, or for scripts the
+/// first of their keys, for stream reads the first stream, for `XGROUP` the key
+/// after the subcommand; none for commands that take no key.
 fn first_key(cmd: &Cmd) -> Option<&[u8]> {
     let mut args = cmd.args_iter().filter_map(|a| match a {
         redis::Arg::Simple(b) => Some(b),
@@ -195,7 +223,9 @@ fn first_key(cmd: &Cmd) -> Option<&[u8]> {
     });
     let name = args.next()?.to_ascii_uppercase();
     match name.as_slice() {
-        b"INFO" | b"WAIT" | b"PING" | b"TIME" | b"CLUSTER" | b"SCRIPT" | b"PUBLISH" => None,
+        b"INFO" | b"WAIT" | b"PING" | b"TIME" | b"CLUSTER" | b"SCRIPT" | b"PUBLISH" | b"CONFIG" | b"CLIENT" => None,
+        b"XREADGROUP" | b"XREAD" => args.skip_while(|a| !a.eq_ignore_ascii_case(b"STREAMS")).nth(1),
+        b"XGROUP" | b"XINFO" => args.nth(1),
         b"EVAL" | b"EVALSHA" => {
             let _script = args.next()?;
             let numkeys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
@@ -279,6 +309,7 @@ impl Redis {
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: Arc::new(Identity::default()),
+            masters: Arc::default(),
             timeout,
             main_runtime: Handle::try_current().ok(),
         })
@@ -300,6 +331,7 @@ impl Redis {
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
             identity: self.identity.clone(),
+            masters: self.masters.clone(),
             timeout,
             main_runtime: self.main_runtime.clone(),
         }
@@ -377,10 +409,15 @@ impl Redis {
         }
     }
 
-    /// The connection in use, unless it broke.
+    /// The connection in use, unless it broke, or it refuses the slots of masters
+    /// that did not answer and the masters that answer changed since (it would
+    /// refuse a master that answers again forever).
     fn current(&self) -> Option<Conn> {
         let slot = self.slot.read().expect("redis slot poisoned");
-        slot.as_ref().filter(|c| !c.broken.load(Ordering::Acquire)).cloned()
+        slot.as_ref()
+            .filter(|c| !c.broken.load(Ordering::Acquire))
+            .filter(|c| c.refused.is_empty() || c.generation == self.masters.generation())
+            .cloned()
     }
 
     /// The connection and the epoch it is verified for, if this server's state is
@@ -406,26 +443,41 @@ impl Redis {
 
     async fn connect(&self) -> Result<Conn, RedisError> {
         let (client, cluster, timeout) = (self.client.clone(), self.cluster.clone(), self.timeout);
+        let masters = self.masters.clone();
         let connect = async move {
             if let Some(cluster) = cluster {
                 let mut inner = cluster.get_async_connection().await?;
-                let run_id = masters_identity(&mut inner).await?;
+                let reading = cluster_identity::read(&mut inner, &masters).await?;
                 return Ok(Conn {
                     inner: Link::Cluster(inner),
                     broken: Arc::new(AtomicBool::new(false)),
-                    run_id: run_id.into(),
+                    run_id: reading.identity.into(),
+                    refused: reading.unreachable.into(),
+                    generation: reading.generation,
                 });
             }
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(timeout))
                 .set_response_timeout(Some(timeout));
             let mut inner = client.get_multiplexed_async_connection_with_config(&config).await?;
-            let info: String = redis::cmd("INFO").arg("server").query_async(&mut inner).await?;
+            // Who answers, and whether it is a master: a replica (a master demoted
+            // by a failover or `REPLICAOF`) refuses writes, so the handle refuses
+            // it (503) until it is a master again.
+            let (info, replication): (String, String) = redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("INFO")
+                .arg("replication")
+                .query_async(&mut inner)
+                .await?;
+            verdict::must_be_master(&replication)?;
             let run_id = run_id_of(&info)?;
             Ok(Conn {
                 inner: Link::Node(inner),
                 broken: Arc::new(AtomicBool::new(false)),
                 run_id: run_id.into(),
+                refused: Arc::new([]),
+                generation: 0,
             })
         };
         match &self.main_runtime {
@@ -438,22 +490,36 @@ impl Redis {
     }
 
     /// The identity of the servers behind this handle as they are now: the node's
-    /// `run_id`, or the sorted `run_id`s of every master of a cluster. The epoch
-    /// guard compares it with the connection's each second: a cluster client
-    /// follows a failover by itself, so only this check notices that a master is
-    /// now another process (a replica that may have missed writes).
+    /// `run_id`, or the sorted `run_id/master_replid` of every master of a cluster
+    /// (a master that does not answer counted as last read, see
+    /// [`cluster_identity`]). The epoch guard compares it with the connection's each
+    /// second: a cluster client follows a failover by itself, so only this check
+    /// notices that a master is now another process (a replica that may have
+    /// missed writes). A change also forgets the verification at once: nothing
+    /// sells from the changed masters until the guard has checked them, even if
+    /// the rest of its check cannot be done (a master that does not answer).
     pub async fn current_identity(&self) -> Result<Arc<str>, RedisError> {
-        let c = self.conn().await?;
+        let mut c = self.conn().await?;
+        if !c.refused.is_empty() {
+            // It cannot reach the masters it refuses, so it would not see them
+            // answer again: read through a new connection.
+            c.broken.store(true, Ordering::Release);
+            c = self.conn().await?;
+        }
         match c.inner.clone() {
             Link::Node(_) => Ok(c.run_id.clone()),
             Link::Cluster(mut inner) => {
-                let now: Arc<str> = c.watch(masters_identity(&mut inner).await)?.into();
+                let reading = c.watch(cluster_identity::read(&mut inner, &self.masters).await, |_| false)?;
+                let now: Arc<str> = reading.identity.into();
                 if now != c.run_id {
                     // The masters changed under this connection: the next caller
                     // opens a new one, which carries (and is checked for) the new
                     // identity.
                     tracing::warn!(was = %c.run_id, now = %now, "the masters of the Redis Cluster changed");
                     c.broken.store(true, Ordering::Release);
+                }
+                if self.identity.get().is_some_and(|v| v.run_id != now) {
+                    self.identity.set(None);
                 }
                 Ok(now)
             }
@@ -471,67 +537,4 @@ fn run_id_of(info: &str) -> Result<String, RedisError> {
                 "INFO server has no run_id",
             ))
         })
-}
-
-/// The sorted, comma-separated `run_id/master_replid` of every master of a
-/// cluster. Refuses a cluster that does not serve every slot, a node that is not a
-/// master, and an answer from fewer masters than the cluster has.
-async fn masters_identity(c: &mut ClusterConnection) -> Result<String, RedisError> {
-    let state: String = c
-        .route_command(
-            redis::cmd("CLUSTER").arg("INFO").to_owned(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        )
-        .await
-        .and_then(|v| redis::from_redis_value(v).map_err(Into::into))?;
-    if !state.lines().any(|l| l.trim() == "cluster_state:ok") {
-        return Err(RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ClusterDown),
-            "the Redis Cluster does not serve every slot",
-        )));
-    }
-    let reply = c
-        .route_command(
-            redis::cmd("INFO").arg("server").arg("replication").to_owned(),
-            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
-        )
-        .await?;
-    let infos: Vec<String> = match reply {
-        Value::Map(pairs) => pairs
-            .into_iter()
-            .map(|(_, v)| redis::from_redis_value(v))
-            .collect::<Result<_, _>>()?,
-        other => redis::from_redis_value(other)?,
-    };
-    let masters = state
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("cluster_size:"))
-        .and_then(|n| n.trim().parse::<usize>().ok());
-    if masters != Some(infos.len()) {
-        // The client's map of the cluster is stale (it skipped a node it could not
-        // reach): not an identity to vouch for.
-        return Err(RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ClusterDown),
-            "not every master of the Redis Cluster answered",
-        )));
-    }
-    // A node's run_id and its replication id: a promotion gives the promoted node
-    // a new replication id, also when the same processes fail back later.
-    let mut ids = Vec::with_capacity(infos.len());
-    for info in &infos {
-        let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-        if field("role:") != Some("master") {
-            return Err(RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ReadOnly),
-                "a node the cluster client takes for a master is not one",
-            )));
-        }
-        ids.push(format!(
-            "{}/{}",
-            run_id_of(info)?,
-            field("master_replid:").unwrap_or("")
-        ));
-    }
-    ids.sort();
-    Ok(ids.join(","))
 }

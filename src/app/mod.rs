@@ -4,6 +4,8 @@
 //!
 //! [`Application::build`] binds its own listener (port 0 picks a free one, see
 //! [`Application::port`]), so tests start the real application in-process.
+pub mod readiness;
+pub mod report;
 mod server;
 mod state;
 mod tasks;
@@ -81,6 +83,9 @@ impl Application {
     }
 
     pub async fn build_with(settings: Settings, mode: Mode, opts: Options) -> Result<Self> {
+        if mode.serves_http() {
+            settings.check_bind()?;
+        }
         if settings.jwt_secret_is_dev && mode.serves_http() {
             tracing::warn!("SECKILL_JWT_SECRET is not set: using the DEVELOPMENT secret; anyone can mint tokens. Never run this in production.");
         }
@@ -90,6 +95,8 @@ impl Application {
         let mut tasks = Tasks::default();
         tasks::spawn_all(&mut tasks, &state, mode, &opts, connected.background_sequences, &stop);
         let (port, server) = if mode.serves_http() {
+            // Readiness is served from memory: have a first answer before listening.
+            readiness::refresh(&state, true).await;
             let listener = TcpListener::bind(&state.settings.http_addr)
                 .with_context(|| format!("binding {}", state.settings.http_addr))?;
             let port = listener.local_addr()?.port();

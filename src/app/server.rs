@@ -27,7 +27,7 @@ pub async fn signal() {
 }
 
 pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
-    let jwt = web::Data::new(JwtKeys::new(state.settings.jwt_secret.expose()));
+    let jwt = web::Data::new(JwtKeys::from_settings(&state.settings));
     let limit = state.settings.body_limit;
     let admission = web::Data::from(state.admission.clone());
     let metrics = web::Data::from(state.metrics.clone());
@@ -37,6 +37,9 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
         App::new()
             .wrap(actix_web::middleware::from_fn(crate::http::admission::admit))
             .wrap(TracingLogger::<crate::http::request_span::RequestSpan>::new())
+            // Outermost: every answer, refusals of admission and routing included,
+            // carries `X-Request-Id`, and the span above logs the same id.
+            .wrap(actix_web::middleware::from_fn(crate::http::request_id::tag))
             .app_data(state.clone())
             .app_data(admission.clone())
             .app_data(metrics.clone())
@@ -56,7 +59,9 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
                 web::scope("/api/v1")
                     .configure(crate::http::orders::configure)
                     .configure(crate::http::vouchers::configure)
+                    .configure(crate::http::stock::configure)
                     .configure(crate::http::sales::configure)
+                    .configure(crate::http::repair::configure)
                     .configure(crate::http::sequences::configure),
             )
             .default_service(web::to(not_found))

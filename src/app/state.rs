@@ -47,6 +47,8 @@ pub struct AppState {
     pub lookup: crate::order::status::Lookup,
     /// Whether this process's clock is close enough to Postgres's to sell.
     pub clock_skew: Arc<crate::clock_skew::ClockSkew>,
+    /// The last dependency checks, served by `GET /health/ready`.
+    pub readiness: super::report::Readiness,
 }
 
 /// A pool that connects lazily, so that the process starts while Postgres is down.
@@ -118,7 +120,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
         tracing::warn!(error = %format!("{e:#}"), "could not check the default order rule");
     }
-    let cache = Arc::new(VoucherCache::default());
+    let cache = Arc::new(VoucherCache::new(settings.missing_voucher_ttl));
     if let Err(e) = cache.reload(&background_pg, true).await {
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
@@ -145,7 +147,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         keys: keys.clone(),
         cache: cache.clone(),
         broker: broker.clone(),
-        quiet: Duration::from_millis(500),
+        poll: Duration::from_millis(200),
         metrics: metrics.clone(),
         durability: Default::default(),
     });
@@ -218,6 +220,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         metrics: metrics.clone(),
         epoch_guard,
         clock_skew,
+        readiness: Default::default(),
     });
     Ok(Connected {
         state,

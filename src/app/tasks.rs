@@ -108,10 +108,13 @@ pub fn spawn_all(
     }
     if mode.relays() && opts.relay {
         let relay = Relay::new(
-            &state.redis,
+            crate::outbox::relay::Ends {
+                redis: state.redis.clone(),
+                broker: state.broker.clone(),
+                pg: state.background_pg.clone(),
+            },
             state.keys.clone(),
             state.cache.clone(),
-            state.broker.clone(),
             format!("relay-{}", state.instance),
             &state.settings,
             state.metrics.clone(),
@@ -146,6 +149,9 @@ pub fn spawn_all(
         tasks.spawn("redis epoch guard", async move { guard.run(stop).await });
     }
     if mode.serves_http() {
+        // Readiness and the outbox gauge, once a second (GET /health/ready and
+        // GET /metrics serve them from memory).
+        tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
         // Keeps seckill_sales_unbalanced (served at /metrics) current.
         let watch = crate::voucher::audit::Watch {
             pg: state.background_pg.clone(),
@@ -158,17 +164,11 @@ pub fn spawn_all(
         };
         tasks.spawn("audit", watch.run(stop.clone()));
         // Completes the moves between a sharded sale's shards that a process left
-        // in transit (see voucher::shards).
+        // in transit (see voucher::refill).
         if let Some(every) = state.settings.shard_recovery_interval {
             tasks.spawn(
                 "shard moves",
-                crate::voucher::shards::run_recovery(
-                    state.redis.clone(),
-                    state.keys.clone(),
-                    state.cache.clone(),
-                    every,
-                    stop.clone(),
-                ),
+                crate::voucher::refill::run_recovery(state.redis.clone(), state.keys.clone(), every, stop.clone()),
             );
         }
     }

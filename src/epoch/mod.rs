@@ -3,14 +3,39 @@
 //!
 //! Redis can lose or roll back what it acknowledged: a restart without persistence
 //! or from an older snapshot, an AOF written with `appendfsync everysec`, a failover
-//! to a replica that missed the last writes, a flush. Every such server is a new
-//! process (a new `run_id`) or lacks the epoch marker, so the guard of every process
-//! checks, once a second and whenever a connection meets a new server
+//! to a replica that missed the last writes, a flush, a master that resyncs from a
+//! replica that fell behind and is promoted again (the same process). The guard of
+//! every process checks, once a second and whenever a connection meets a new server
 //! ([`crate::redis_conn`]):
 //!
 //! - Postgres (`redis_epochs`) records the server `run_id` and epoch it vouches for;
 //! - Redis holds the epoch in `<ns>:epoch`, and every flash sale still on holds
-//!   its stock key.
+//!   its stock key;
+//! - the Redis clock (`<ns>:{<ns>:epoch}:clock`) is at or above the highest value
+//!   Postgres recorded (`redis_clocks`). Each healthy check advances it and records
+//!   the new value: a server that went back to a state from before the last
+//!   recorded value is caught, whatever its `run_id` and marker say. Postgres is
+//!   read before Redis, and a value is recorded only after Redis returned it, so a
+//!   check racing another never sees a healthy server behind (see `clock`). Cost:
+//!   one script in the check's existing Redis pipeline and one small Postgres
+//!   UPDATE per check, i.e. per process and second.
+//!
+//! A new process or a missing marker is caught whatever the clock says; the clock
+//! catches what keeps both, as a fail-back in the same process does. It does not
+//! catch a rollback to a state after the last recorded value (writes of the last
+//! check interval at most), nor sales in the moment between such a server coming
+//! back and the next check.
+//!
+//! On one node the server is its `run_id` alone. Not its `role`: a connection is
+//! made only to a master, and the check's tick is a write, which a replica refuses
+//! (the connection breaks and is not made again until it is a master). Not its
+//! `master_replid` either: it changes with a promotion, but also with no change of
+//! data at all (a master without replicas for `repl-backlog-ttl` takes a new one),
+//! and every such change would repair every sale for nothing; a promotion that
+//! brought older data is caught by the clock. On a cluster the identity is every
+//! master's `run_id/master_replid` ([`crate::redis_conn`]) and the clock lives on
+//! the master of the marker's slot: a rollback of another master shows as a change
+//! of its identity (a clock per master would have to follow slots as they move).
 //!
 //! All agree: the process trusts the server at that epoch (sales open). Anything
 //! else: it stops selling (503), and one process at a time (a Postgres advisory
@@ -18,19 +43,24 @@
 //!
 //! 1. takes a new epoch in Postgres for this server, marked `repairing` (counters,
 //!    whose keys carry the epoch, restart from their durable marks at once);
-//! 2. waits until the orders in flight have reached Postgres: the relays do not read
-//!    while the server is unverified, the orders queue is empty and Postgres's
-//!    order count stays still;
-//! 3. in one transaction that holds the epoch row (the worker's transactions take
-//!    it shared, so none commits in between): reads each sale's orders from
-//!    Postgres and the orders still in its outbox stream, and rewrites the sale in
-//!    Redis (stock = Postgres stock − orders in the outbox, shoppers' marks, the
-//!    order index, returned units), each write fenced by the epoch; writes the
-//!    epoch marker; clears `repairing`.
+//! 2. waits until every order a relay published, or was about to, before that
+//!    epoch is in Postgres or still in its outbox (the barrier: relays record
+//!    their intents under the epoch row, see `barrier.rs`), however long a slow
+//!    or frozen worker holds them;
+//! 3. sale by sale, each in a transaction holding that sale's row: reads its
+//!    orders from Postgres and the orders still in its outbox stream, and rewrites
+//!    the sale in Redis (stock = Postgres stock − orders in the outbox, shoppers'
+//!    marks, the order index, returned units), each write fenced by the epoch (the
+//!    sales were closed, every shard's stock key dropped, as soon as the epoch was
+//!    taken: a process that cannot reach Postgres sells nothing meanwhile);
+//! 4. in one short transaction holding the epoch row: writes the epoch marker and
+//!    the clock (at the value Postgres recorded); clears `repairing`.
 //!
 //! An order that was in a relay's or worker's hands across the repair carries the
 //! old epoch; the worker accounts for it in Redis before storing it (see
 //! [`crate::worker::persist`]).
+mod barrier;
+mod clock;
 mod durability;
 mod repair;
 mod restore;
@@ -51,20 +81,30 @@ use tokio_util::sync::CancellationToken;
 /// How often every process checks the server it talks to.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// Every how many checks a process sweeps the relay intents whose orders are stored.
+const SWEEP_EVERY_CHECKS: u64 = 10;
+
 /// The epoch row of a namespace.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct EpochRow {
     pub epoch: i64,
     pub server: String,
     pub repairing: bool,
+    /// The highest Redis clock recorded in this epoch (0 if none yet).
+    pub clock: i64,
 }
 
 pub async fn read_row(pg: &PgPool, namespace: &str) -> Result<Option<EpochRow>> {
-    sqlx::query_as("SELECT epoch, server, repairing FROM redis_epochs WHERE namespace = $1")
-        .bind(namespace)
-        .fetch_optional(pg)
-        .await
-        .context("reading the Redis epoch")
+    sqlx::query_as(
+        "SELECT e.epoch, e.server, e.repairing, COALESCE(c.clock, 0) AS clock
+           FROM redis_epochs e
+           LEFT JOIN redis_clocks c ON c.namespace = e.namespace AND c.epoch = e.epoch
+          WHERE e.namespace = $1",
+    )
+    .bind(namespace)
+    .fetch_optional(pg)
+    .await
+    .context("reading the Redis epoch")
 }
 
 pub struct EpochGuard {
@@ -73,8 +113,8 @@ pub struct EpochGuard {
     pub keys: Keys,
     pub cache: Arc<VoucherCache>,
     pub broker: Arc<Broker>,
-    /// How long the persisted count must stay still to call the pipeline drained.
-    pub quiet: Duration,
+    /// How often a repair's barrier looks again at what it waits for.
+    pub poll: Duration,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub durability: std::sync::RwLock<Option<Durability>>,
 }
@@ -85,8 +125,19 @@ impl EpochGuard {
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let identity = self.redis.identity().clone();
         let mut failures = 0u32;
+        // The first check, and every check a distrust woke, reads every shard's stock
+        // key; the periodic one reads shard 0's (see `check`).
+        let mut every_shard = true;
+        let mut rounds = 0u64;
         loop {
-            match self.check_and_repair().await {
+            rounds += 1;
+            if rounds.is_multiple_of(SWEEP_EVERY_CHECKS) {
+                // Intents whose orders are all stored are done with (see barrier.rs).
+                if let Err(e) = crate::outbox::relay::intent::sweep(&self.pg, self.namespace()).await {
+                    tracing::debug!(error = %format!("{e:#}"), "sweeping relay intents failed");
+                }
+            }
+            match self.check_and_repair_reading(every_shard).await {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
@@ -95,11 +146,11 @@ impl EpochGuard {
                     }
                 }
             }
-            tokio::select! {
+            every_shard = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = identity.suspect.notified() => {}
-                _ = tokio::time::sleep(CHECK_EVERY) => {}
-            }
+                _ = identity.suspect.notified() => true,
+                _ = tokio::time::sleep(CHECK_EVERY) => false,
+            };
         }
     }
 
@@ -107,10 +158,16 @@ impl EpochGuard {
         self.keys.namespace()
     }
 
-    /// One check; repairs if needed (or waits for the process that repairs).
+    /// One check of every shard; repairs if needed (or waits for the process that
+    /// repairs).
     pub async fn check_and_repair(&self) -> Result<()> {
+        self.check_and_repair_reading(true).await
+    }
+
+    /// One check, of every shard's stock key or only of shard 0's (see `check`).
+    async fn check_and_repair_reading(&self, every_shard: bool) -> Result<()> {
         let identity = self.redis.identity().clone();
-        let (healthy, run_id, row) = match self.check().await {
+        let (healthy, run_id, row) = match self.check(every_shard).await {
             Ok(x) => x,
             Err(e) => {
                 // Cannot tell (Postgres or Redis unreachable). A verification stands
@@ -136,7 +193,8 @@ impl EpochGuard {
             return Ok(());
         }
         // Not healthy: no sales from this server until it is repaired. Counters may
-        // go on where Postgres already gave this server an epoch.
+        // go on where Postgres already gave this server an epoch (and it did not
+        // go back within it: then `check` returns no row).
         identity.set(row.filter(|r| *r.server == *run_id).map(|r| Verified {
             run_id: run_id.clone(),
             epoch: r.epoch,
@@ -146,14 +204,24 @@ impl EpochGuard {
         self.repair().await
     }
 
-    /// Whether Postgres and Redis agree; the server's run id; the epoch row.
-    async fn check(&self) -> Result<(bool, Arc<str>, Option<EpochRow>)> {
+    /// Whether Postgres and Redis agree; the server's run id; the epoch row, unless
+    /// Redis went back within that epoch (its clock is behind): then its counters,
+    /// whose keys carry the epoch, went back too, and nothing may use that epoch.
+    async fn check(&self, every_shard: bool) -> Result<(bool, Arc<str>, Option<EpochRow>)> {
         // The node's run_id, or every master's of a cluster, as they are now.
         let run_id = self.redis.current_identity().await?;
         let mut conn = self.redis.conn().await?;
+        // Postgres before Redis: the clock value read here was in Redis before the
+        // pipeline below reads it (see `clock`).
         let row = read_row(&self.pg, self.namespace()).await?;
         let now = chrono::Utc::now();
-        // Every shard's stock key of every live sale.
+        // The stock key of every live sale. The periodic check reads shard 0's of a
+        // sharded sale, so that a sale's check costs the same whatever its shards: a
+        // master that restarts empty or fails over changes the run ids above. A
+        // shard's stock missing otherwise is met by the first order, move or read
+        // that needs it, which answers "not loaded" and distrusts the server; the
+        // check that distrust wakes reads every shard, so that the loss is repaired
+        // rather than trusted again at once.
         let live: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
@@ -165,22 +233,40 @@ impl EpochGuard {
                     .filter(|f| f.end_at > now)
                     .map(|f| (e.voucher.id, f.shards()))
             })
-            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
+            .flat_map(|(v, shards)| {
+                let read = if every_shard { shards } else { 1 };
+                (0..read).map(move |k| (v, k, shards))
+            })
             .collect();
         let mut pipe = redis::pipe();
         pipe.get(self.keys.epoch());
+        clock::tick(&mut pipe, &self.keys.clock(), row.as_ref().map_or(0, |r| r.clock));
         for (v, k, shards) in &live {
             pipe.exists(self.keys.stock_at(*v, *k, *shards));
         }
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
         let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();
-        let stocks_present = reply[1..]
+        let tick = clock::read_tick(&reply[1])?;
+        let stocks_present = reply[2..]
             .iter()
             .all(|v| redis::from_redis_value_ref::<bool>(v).unwrap_or(false));
         let healthy = row
             .as_ref()
             .is_some_and(|r| !r.repairing && *r.server == *run_id && marker == Some(r.epoch))
-            && stocks_present;
+            && stocks_present
+            && tick.advanced;
+        let went_back = row.as_ref().is_some_and(|r| !r.repairing && !tick.advanced);
+        if let Some(r) = row.as_ref().filter(|_| went_back) {
+            tracing::warn!(
+                redis = tick.value,
+                recorded = r.clock,
+                epoch = r.epoch,
+                "the Redis clock is behind the one Postgres recorded: Redis went back in time"
+            );
+        }
+        if let Some(r) = row.as_ref().filter(|_| healthy) {
+            clock::record(&self.pg, self.namespace(), r.epoch, tick.value).await?;
+        }
         if self.durability.read().expect("durability poisoned").is_none() {
             let d = durability(&mut conn).await;
             if !d.safe {
@@ -190,6 +276,6 @@ impl EpochGuard {
             }
             *self.durability.write().expect("durability poisoned") = Some(d);
         }
-        Ok((healthy, run_id, row))
+        Ok((healthy, run_id, row.filter(|_| !went_back)))
     }
 }

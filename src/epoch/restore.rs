@@ -2,13 +2,59 @@
 use super::EpochGuard;
 use crate::keys::RELAY_GROUP;
 use anyhow::{bail, Context, Result};
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sale_restore.lua")));
 
 impl EpochGuard {
+    /// `lua/sale_restore.lua` on one shard of a sale, fenced by `epoch`.
+    fn restore_script(&self, voucher: i64, shard: u32, shards: u32, epoch: i64, op: &str) -> ScriptInvocation<'static> {
+        let k = &self.keys;
+        let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
+        inv.key(k.buyers_at(voucher, shard, shards))
+            .key(k.orders_at(voucher, shard, shards))
+            .key(k.returned_at(voucher, shard, shards))
+            .key(k.outbox_at(voucher, shard, shards))
+            .key(k.repair_fence_at(voucher, shard, shards))
+            .key(k.given_at(voucher, shard, shards))
+            .key(k.moved_at(voucher, shard, shards))
+            .key(k.taken_at(voucher, shard, shards))
+            .arg(epoch)
+            .arg(op);
+        inv
+    }
+
+    /// Closes every shard of `sales` (`reset`: the stock key goes, fenced by
+    /// `epoch`) the moment a repair has its epoch, before its barrier waits: from
+    /// then on no process can admit, return or move a unit on these sales, whatever
+    /// it believes about the server (one cut from Postgres still trusts the epoch it
+    /// verified last), until the repair reopens them.
+    pub(super) async fn close_sales(&self, epoch: i64, sales: &[i64]) -> Result<()> {
+        let shards: Vec<(i64, i32)> = sqlx::query_as(
+            "SELECT voucher_id, stock_shards FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id",
+        )
+        .bind(sales)
+        .fetch_all(&self.pg)
+        .await?;
+        let mut conn = self.redis.conn().await?;
+        for (voucher, n) in shards {
+            let n = n.max(1) as u32;
+            for shard in 0..n {
+                let ok: i64 = self
+                    .restore_script(voucher, shard, n, epoch, "reset")
+                    .invoke_async(&mut conn)
+                    .await
+                    .context("sale_restore.lua reset")?;
+                if ok != 1 {
+                    bail!("a newer repair took voucher {voucher}; this one stops");
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Rewrites one sale, every shard of it, from Postgres and its outbox streams,
     /// fenced by `epoch`: remaining stock = Postgres's stock − orders still in an
     /// outbox, spread over the shards as at load; each order's shopper mark and index
@@ -28,29 +74,17 @@ impl EpochGuard {
                 .fetch_all(&mut *tx)
                 .await?;
         let mut conn = self.redis.conn().await?;
-        let fenced = |shard: u32, op: &str| {
-            let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
-            inv.key(k.buyers_at(voucher, shard, shards))
-                .key(k.orders_at(voucher, shard, shards))
-                .key(k.returned_at(voucher, shard, shards))
-                .key(k.outbox_at(voucher, shard, shards))
-                .key(k.repair_fence_at(voucher, shard, shards))
-                .key(k.given_at(voucher, shard, shards))
-                .key(k.moved_at(voucher, shard, shards))
-                .key(k.taken_at(voucher, shard, shards))
-                .arg(epoch)
-                .arg(op);
-            inv
-        };
+        let fenced = |shard: u32, op: &str| self.restore_script(voucher, shard, shards, epoch, op);
         let check = |ok: i64| -> Result<()> {
             if ok != 1 {
                 bail!("a newer repair took voucher {voucher}; this one stops");
             }
             Ok(())
         };
-        // First close every shard (its stock key goes): an instance that has not
-        // noticed the repair yet can admit nothing more, so the outboxes read next
-        // are complete, and no move can give or take.
+        // Close every shard again (the repair closed them when it took its epoch, see
+        // `close_sales`): whatever a process that had not noticed the repair wrote
+        // since goes too, the outboxes read next are complete, and no move can give
+        // or take.
         for shard in 0..shards {
             check(
                 fenced(shard, "reset")

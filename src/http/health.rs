@@ -1,48 +1,28 @@
 //! `GET /health/live` (the process answers) and `GET /health/ready` (Postgres, Redis
-//! and RabbitMQ each answer within a short deadline; a 503 names the ones that do not).
+//! and RabbitMQ each answered the last checks, which a background task runs once a
+//! second, [`crate::app::readiness`]; a 503 names the ones that did not).
 //! Readiness also tells whether the Redis server is verified (see [`crate::epoch`])
-//! and how durable Redis is: whether an acknowledged order survives a Redis crash.
+//! and how durable Redis is: whether an acknowledged order survives a Redis crash,
+//! and how many replicas the weakest master has now. It refuses a Redis that may
+//! evict keys (`maxmemory-policy` other than `noeviction`, see
+//! [`crate::redis_conn::MasterFacts`]): it would drop shoppers' marks and stock
+//! silently.
 use crate::app::AppState;
 use actix_web::{web, HttpResponse};
 use serde_json::json;
-use std::time::Duration;
-
-const CHECK_TIMEOUT: Duration = Duration::from_millis(1500);
-
 #[utoipa::path(get, path = "/health/live", tag = "health", responses((status = 200, description = "the process answers")))]
 pub async fn live() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answer"), (status = 503, description = "names the dependency that does not", body = crate::http::error::ErrorBody)))]
+#[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answered the last checks (run once a second)"), (status = 503, description = "names the dependency that does not", body = crate::http::error::ErrorBody)))]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    let pg = async {
-        sqlx::query("SELECT 1").execute(&state.pg).await?;
-        anyhow::Ok(())
+    let Some(report) = state.readiness.get() else {
+        return not_ready("not ready: dependencies not checked yet".into(), serde_json::Map::new());
     };
-    let redis = async {
-        let mut conn = state.redis.conn().await?;
-        redis::cmd("PING").query_async::<String>(&mut conn).await?;
-        // A cluster must serve every slot, and every master must answer.
-        if state.redis.is_cluster() {
-            state.redis.current_identity().await?;
-        }
-        anyhow::Ok(())
-    };
-    let amqp = state.broker.check();
-    let (pg, redis, amqp) = tokio::join!(
-        tokio::time::timeout(CHECK_TIMEOUT, pg),
-        tokio::time::timeout(CHECK_TIMEOUT, redis),
-        tokio::time::timeout(CHECK_TIMEOUT, amqp),
-    );
-    let mut down = Vec::new();
     let mut checks = serde_json::Map::new();
-    for (name, result) in [("postgres", pg), ("redis", redis), ("rabbitmq", amqp)] {
-        let ok = matches!(result, Ok(Ok(())));
-        if !ok {
-            down.push(name);
-        }
-        checks.insert(name.into(), json!(if ok { "up" } else { "down" }));
+    for (name, up) in &report.checks {
+        checks.insert((*name).into(), json!(if *up { "up" } else { "down" }));
     }
     // Whether the service trusts the Redis server it talks to (orders get 503 while
     // a repair is due or under way), and what an acknowledged order risks.
@@ -51,54 +31,44 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
         Some(v) => json!({"state": "repairing", "epoch": v.epoch}),
         None => json!({"state": "unverified"}),
     };
-    let durability = state
+    let mut durability = state
         .epoch_guard
         .durability
         .read()
         .expect("durability poisoned")
         .clone();
+    // Replicas and eviction as every master reported them at the last check.
+    let mut down: Vec<String> = report.down().into_iter().map(str::to_owned).collect();
+    if let (Some(d), Some(m)) = (durability.as_mut(), report.masters.as_ref()) {
+        d.replicas = m.replicas;
+    }
+    if let Some(m) = report.masters.as_ref().filter(|m| !m.eviction_policy_ok()) {
+        down.push(format!(
+            "redis (maxmemory-policy {}: evicts keys; set noeviction)",
+            m.evicting.join(", ")
+        ));
+    }
     checks.insert("redis_epoch".into(), redis_state);
     checks.insert("redis_durability".into(), json!(durability));
+    checks.insert("redis_masters".into(), json!(report.masters));
+    checks.insert("checked_at".into(), json!(report.checked_at.to_rfc3339()));
     if down.is_empty() {
         HttpResponse::Ok().json(json!({"status": "ready", "checks": checks}))
     } else {
-        HttpResponse::ServiceUnavailable()
-            .insert_header(("Retry-After", "1"))
-            .json(json!({
-                "error": {"code": "unavailable", "message": format!("not ready: {} down", down.join(", "))},
-                "checks": checks,
-            }))
+        not_ready(format!("not ready: {} down", down.join(", ")), checks)
     }
 }
 
-/// `GET /metrics`: Prometheus text format. The outbox backlog is read here.
+fn not_ready(message: String, checks: serde_json::Map<String, serde_json::Value>) -> HttpResponse {
+    HttpResponse::ServiceUnavailable()
+        .insert_header(("Retry-After", "1"))
+        .json(json!({"error": {"code": "unavailable", "message": message}, "checks": checks}))
+}
+
+/// `GET /metrics`: Prometheus text format. The outbox backlog gauge is kept by the
+/// readiness task ([`crate::app::readiness`]), not read here.
 #[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let streams: Vec<String> = state
-        .cache
-        .flash_sales()
-        .iter()
-        .flat_map(|e| {
-            let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
-            (0..shards)
-                .map(|k| state.keys.outbox_at(e.voucher.id, k, shards))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    if !streams.is_empty() {
-        let mut pipe = redis::pipe();
-        for s in &streams {
-            pipe.cmd("XLEN").arg(s);
-        }
-        let backlog = async {
-            let mut conn = state.redis.conn().await?;
-            let lens: Vec<i64> = pipe.query_async(&mut conn).await?;
-            anyhow::Ok(lens.iter().sum::<i64>())
-        };
-        if let Ok(Ok(n)) = tokio::time::timeout(CHECK_TIMEOUT, backlog).await {
-            state.metrics.outbox_backlog.set(n);
-        }
-    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(state.metrics.render())

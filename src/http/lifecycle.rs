@@ -1,8 +1,11 @@
-//! `POST /api/v1/orders/{order_id}/pay` and `.../cancel`: owner only, one request
-//! of a shopper at a time across instances (per-user serialization).
-use super::auth::Caller;
+//! `POST /api/v1/orders/{order_id}/pay` and `.../cancel`: the owner only (a
+//! shopper token: admin and service tokens get 403), one request
+//! of a shopper at a time across instances (per-user serialization), within a
+//! per-shopper rate limit checked before the wait for the shopper's lock (429
+//! `rate_limited`, `SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`).
+use super::auth::{Caller, Shopper};
 use super::error::ErrorBody;
-use super::responses::{BadRequest, OrderNotFound, RateLimited, Unauthorized, Unavailable};
+use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable};
 use super::ApiError;
 use crate::app::AppState;
 use crate::id;
@@ -17,7 +20,7 @@ fn order_id(raw: &str) -> Result<i64, ApiError> {
 /// Why the conditional update changed nothing: 404 if the caller cannot see the
 /// order, else 409 `code` naming its state.
 async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static str, verb: &str) -> ApiError {
-    match state.lookup.find(order_id).await {
+    match state.lookup.find(order_id, Some(caller.user_id)).await {
         Ok(Some(o)) if o.user_id == caller.user_id => {
             ApiError::conflict(code, format!("an order that is {} cannot be {verb}", o.status))
         }
@@ -29,17 +32,18 @@ async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static
 #[utoipa::path(post, path = "/api/v1/orders/{order_id}/pay", tag = "orders", security(("bearer" = [])),
     params(("order_id" = i64, Path, minimum = 1, description = "order id")),
     responses((status = 200, description = "the order, status paid", body = Order),
-        BadRequest, Unauthorized, OrderNotFound,
+        BadRequest, Unauthorized, Forbidden, OrderNotFound,
         (status = 409, body = ErrorBody,
             description = "order_not_payable (it is not created), request_in_progress"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn pay(
     state: web::Data<AppState>,
-    caller: Caller,
+    Shopper(caller): Shopper,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
+    state.admission.check_pay_cancel(caller.user_id)?;
     // The guarded future owns a handle on the state (the serializer borrows the other).
     let owned = state.clone();
     state
@@ -56,17 +60,18 @@ pub async fn pay(
 #[utoipa::path(post, path = "/api/v1/orders/{order_id}/cancel", tag = "orders", security(("bearer" = [])),
     params(("order_id" = i64, Path, minimum = 1, description = "order id")),
     responses((status = 200, description = "the order, status cancelled", body = Order),
-        BadRequest, Unauthorized, OrderNotFound,
+        BadRequest, Unauthorized, Forbidden, OrderNotFound,
         (status = 409, body = ErrorBody,
             description = "order_not_cancellable (it is not created), request_in_progress"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn cancel(
     state: web::Data<AppState>,
-    caller: Caller,
+    Shopper(caller): Shopper,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
+    state.admission.check_pay_cancel(caller.user_id)?;
     let owned = state.clone();
     state
         .user_serializer

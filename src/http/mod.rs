@@ -6,18 +6,23 @@
 pub mod admission;
 pub mod auth;
 pub mod console;
+pub mod doc_headers;
 pub mod doc_links;
 pub mod error;
 pub mod health;
+pub mod idempotency;
 pub mod lifecycle;
 pub mod methods;
 pub mod openapi;
 pub mod orders;
 pub mod path;
+pub mod repair;
+pub mod request_id;
 pub mod request_span;
 pub mod responses;
 pub mod sales;
 pub mod sequences;
+pub mod stock;
 pub mod vouchers;
 
 pub use error::ApiError;

@@ -1,13 +1,14 @@
 //! The order routes: placing one (the hot path), reading one, and the caller's
 //! order for a voucher. Pay and cancel are in [`super::lifecycle`].
-use super::auth::Caller;
+use super::auth::{Caller, Shopper};
 use super::error::ErrorBody;
 use super::path::path_id;
-use super::responses::{BadRequest, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::ApiError;
 use crate::app::AppState;
 use crate::id;
 use crate::order::{Accepted, Order};
+use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -24,23 +25,26 @@ fn not_found() -> ApiError {
 
 #[utoipa::path(post, path = "/api/v1/vouchers/{id}/orders", tag = "orders", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")),
-    responses((status = 202, description = "admitted; pending until the worker persists it", body = Accepted),
-        BadRequest, Unauthorized, VoucherNotFound,
+    responses((status = 202, description = "admitted; pending until the worker persists it", body = Accepted,
+            headers(("Location" = String, description = "the order's status URL, /api/v1/orders/{order_id}"))),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
         (status = 409, body = ErrorBody,
-            description = "not_a_flash_sale, sale_not_started, sale_ended, sale_paused, sold_out, already_ordered"),
+            description = "not_a_flash_sale, sale_not_started, sale_ended, sale_paused, sold_out, already_ordered \
+                (with the shopper's existing `order_id` in `error`)"),
         RateLimited,
         (status = 503, body = ErrorBody, headers(("Retry-After" = u64, description = "seconds")),
             description = "unavailable: Redis cannot take the order now, or (with SECKILL_REDIS_WAIT_REPLICAS) \
                 its reservation did not reach enough replicas in time. The order may still have been \
                 admitted: GET /api/v1/vouchers/{id}/orders/mine tells, and a retry is safe (it answers \
                 already_ordered if it was)")))]
-#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = shopper.0.user_id))]
 pub async fn place(
     req: HttpRequest,
     state: web::Data<AppState>,
-    caller: Caller,
+    shopper: Shopper,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    let caller = shopper.0;
     // The admission middleware counts only the refusals that never got here.
     req.extensions_mut().insert(super::admission::HandlerRan);
     let voucher_id = path_id(&path)?;
@@ -53,7 +57,10 @@ pub async fn place(
         Ok(_) => "accepted",
         Err(refusal) => refusal.outcome(),
     });
-    Ok(HttpResponse::Accepted().json(Accepted::new(placed?)))
+    let order_id = placed?;
+    Ok(HttpResponse::Accepted()
+        .insert_header((header::LOCATION, format!("/api/v1/orders/{order_id}")))
+        .json(Accepted::new(order_id)))
 }
 
 #[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])),
@@ -67,7 +74,8 @@ pub async fn get(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let order_id = id::parse_str(&path).map_err(|e| ApiError::validation("order_id", e))?;
-    match state.lookup.find(order_id).await? {
+    let owner = (!caller.is_admin()).then_some(caller.user_id);
+    match state.lookup.find(order_id, owner).await? {
         // Someone else's order looks exactly like a missing one.
         Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(web::Json(o)),
         _ => Err(not_found()),
@@ -77,11 +85,11 @@ pub async fn get(
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/orders/mine", tag = "orders", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")),
     responses((status = 200, description = "the caller's order for the voucher", body = Order),
-        BadRequest, Unauthorized, OrderNotFound, RateLimited, Unavailable))]
+        BadRequest, Unauthorized, Forbidden, OrderNotFound, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
 pub async fn mine(
     state: web::Data<AppState>,
-    caller: Caller,
+    Shopper(caller): Shopper,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let voucher_id = path_id(&path)?;

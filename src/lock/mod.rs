@@ -12,8 +12,12 @@
 //! - Every grant carries a fencing token that grows with each grant of that lock;
 //!   [`fence`] offers writes (Postgres row, Redis key) that refuse older tokens.
 //! - Waiting does not spin: a release publishes the lock's name, one subscription per
-//!   process wakes the local waiters, and a waiter otherwise sleeps until the
-//!   holder's lease would run out.
+//!   process wakes one local waiter of that lock (the longest waiting, FIFO), and a
+//!   waiter otherwise sleeps until the holder's lease would run out (at most 1 s),
+//!   then tries again. Waking one, not all: with N waiters, waking all would make
+//!   each release cost N script calls (N² for the queue to drain), of which one
+//!   could win. A wake-up only shortens waiting: a waiter that misses one (a lost
+//!   message, a newcomer that took the lock first) still polls until its wait ends.
 pub mod fence;
 mod owner;
 pub mod singleton;
@@ -65,6 +69,8 @@ pub struct LockService {
     stop: CancellationToken,
     /// Acquire attempts made (each one script call), for tests and metrics.
     attempts: std::sync::atomic::AtomicU64,
+    /// Waiters woken by a release (not by their nap running out), for tests.
+    wakeups: std::sync::atomic::AtomicU64,
 }
 
 impl LockService {
@@ -102,6 +108,7 @@ impl LockService {
             tasks: tokio_util::task::TaskTracker::new(),
             stop,
             attempts: Default::default(),
+            wakeups: Default::default(),
         })
     }
 
@@ -119,16 +126,22 @@ impl LockService {
         listen(Arc::downgrade(self), stop)
     }
 
-    /// A new holder identity: give one to each task that takes locks.
     /// Acquire attempts (script calls) this process has made.
     pub fn attempts(&self) -> u64 {
         self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Waiters of this process woken by a release message: at most one per release
+    /// this process heard of.
+    pub fn wakeups(&self) -> u64 {
+        self.wakeups.load(Ordering::Relaxed)
     }
 
     pub fn watchdog_lease(&self) -> Duration {
         self.watchdog_lease
     }
 
+    /// A new holder identity: give one to each task that takes locks.
     pub fn owner(self: &Arc<Self>) -> Owner {
         Owner {
             svc: self.clone(),
@@ -147,6 +160,11 @@ impl LockService {
         n
     }
 
+    /// Wakes the longest-waiting local waiter of `name`, one only: the others keep
+    /// waiting for the next release (or their nap). A waiter that was woken but
+    /// has gone (its request dropped, its wait over) passes the wake-up on to the
+    /// next one (tokio's `Notify` does), and with no waiter it is kept for the next
+    /// to come, which then tries at once.
     fn wake(&self, name: &str) {
         let n = self
             .waiters
@@ -155,7 +173,7 @@ impl LockService {
             .get(name)
             .and_then(Weak::upgrade);
         if let Some(n) = n {
-            n.notify_waiters();
+            n.notify_one();
         }
     }
 }

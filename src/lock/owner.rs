@@ -47,8 +47,10 @@ impl Owner {
         let lease_ms = lease.unwrap_or(self.svc.watchdog_lease).as_millis().max(1) as u64;
         let notify = self.svc.waiter(name);
         loop {
-            // Registered before the attempt, so a release between the attempt and the
-            // wait still wakes us.
+            // Registered (at the back of the lock's queue of local waiters) before the
+            // attempt, so a release between the attempt and the wait still wakes us;
+            // one we were given but do not need (the attempt won) is passed on to the
+            // next waiter when this is dropped.
             let woken = notify.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
@@ -72,7 +74,11 @@ impl Owner {
                     }
                     let holder_left = Duration::from_millis(pttl.max(1) as u64);
                     let nap = left.min(holder_left).min(MAX_NAP);
-                    let _ = tokio::time::timeout(nap, woken).await;
+                    // Woken (one waiter per release) or not, try again: a wake-up
+                    // only shortens the nap.
+                    if tokio::time::timeout(nap, woken).await.is_ok() {
+                        self.svc.wakeups.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
         }

@@ -25,6 +25,11 @@ pub struct OrderMsg {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct OrderBatch {
     pub orders: Vec<OrderMsg>,
+    /// The relay's intent this batch was recorded under
+    /// ([`crate::outbox::relay::intent`]): the worker deletes it once the batch is
+    /// stored. Absent in messages of older versions and in hand-made ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent: Option<i64>,
 }
 
 /// An order, as the API shows it.

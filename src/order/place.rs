@@ -7,10 +7,11 @@
 //!
 //! A sharded sale (`stock_shards` > 1) runs the script on the shopper's shard
 //! ([`crate::keys::shard_of`]). Only when that shard is dry does the order take more
-//! round trips: [`crate::voucher::shards::refill`] moves units to it from the
-//! richest shard (one process moves for a shard at a time; the others wait and try
-//! again), and the sale is sold out only when no shard holds stock and nothing is
-//! in transit.
+//! round trips: [`crate::voucher::refill::refill`] moves units to it from the
+//! richest shard (one refill per sale at a time in a process, and one across
+//! processes; the requests waiting take its answer), and the sale is sold out only
+//! when a consistent reading of every shard finds no stock and nothing in transit.
+//! A reading that cannot be made consistent answers 503, never "sold out".
 //!
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 the script and a `WAIT` travel in one
 //! pipeline (still one round trip), and the order is acknowledged only once that
@@ -26,7 +27,7 @@ use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
-use crate::voucher::shards::Refill;
+use crate::voucher::refill::{refill, Refill};
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use redis::Script;
@@ -50,8 +51,9 @@ pub enum Refusal {
     Paused,
     #[error("this sale is sold out")]
     SoldOut,
+    /// With the existing order's id when the script named it.
     #[error("you already have an order for this voucher")]
-    AlreadyOrdered,
+    AlreadyOrdered(Option<i64>),
     /// Try again after `retry_after_secs`.
     #[error("{message}")]
     Unavailable {
@@ -59,7 +61,26 @@ pub enum Refusal {
         retry_after_secs: u64,
     },
     #[error(transparent)]
-    Failed(#[from] anyhow::Error),
+    Failed(anyhow::Error),
+}
+
+/// A Redis that is failing over, a replica, loading its data, out of memory, busy
+/// or unreachable is a state that passes: `Unavailable` (503, retry), never
+/// `Failed` (500). Where the answer says the connection may not reach a usable
+/// master (a replica, a failover), it is already dropped; an out-of-memory or busy
+/// server keeps it (see [`crate::redis_conn`]).
+impl From<anyhow::Error> for Refusal {
+    fn from(e: anyhow::Error) -> Self {
+        let redis_down = e
+            .chain()
+            .filter_map(|c| c.downcast_ref::<redis::RedisError>())
+            .any(crate::redis_conn::is_transient);
+        if !redis_down {
+            return Refusal::Failed(e);
+        }
+        tracing::warn!(error = %format!("{e:#}"), "Redis cannot take orders right now");
+        unavailable("Redis is failing over or not writable right now; try again", 1)
+    }
 }
 
 impl Refusal {
@@ -72,7 +93,7 @@ impl Refusal {
             Refusal::Ended(_) => "ended",
             Refusal::Paused => "paused",
             Refusal::SoldOut => "sold_out",
-            Refusal::AlreadyOrdered => "already_ordered",
+            Refusal::AlreadyOrdered(_) => "already_ordered",
             Refusal::Unavailable { .. } => "unavailable",
             Refusal::Failed(_) => "error",
         }
@@ -144,26 +165,31 @@ const MAX_REFILLS: usize = 3;
 /// How many times one order request may run the script.
 const MAX_TRIES: usize = 8;
 
-/// Single flight for moves: per (voucher, shard), a lock and the count of moves
-/// made under it. A request that finds its shard dry notes the count, takes the
-/// lock, and moves only if nobody moved meanwhile; otherwise it just tries again.
+/// Single flight for refills, per sale in this process: a request that finds its
+/// shard dry notes how many refills of the sale have started, takes the sale's
+/// lock, and takes the answer of a refill that started after that (it read every
+/// shard after this request's shard was found dry) instead of running its own.
+/// So at a sell-out one refill per process answers every waiting request, and a
+/// "sold out" is never older than the request it answers.
 #[derive(Default)]
 pub struct Movers {
-    map: std::sync::Mutex<std::collections::HashMap<(i64, u32), Arc<Mover>>>,
+    map: std::sync::Mutex<std::collections::HashMap<i64, Arc<Mover>>>,
 }
 
 #[derive(Default)]
 struct Mover {
-    lock: tokio::sync::Mutex<()>,
-    moves: std::sync::atomic::AtomicU64,
+    /// The last refill's number and answer.
+    last: tokio::sync::Mutex<(u64, Option<Refill>)>,
+    /// Refills started (under `last`'s lock).
+    started: std::sync::atomic::AtomicU64,
 }
 
 impl Movers {
-    fn get(&self, voucher: i64, shard: u32) -> Arc<Mover> {
+    fn get(&self, voucher: i64) -> Arc<Mover> {
         self.map
             .lock()
             .expect("movers poisoned")
-            .entry((voucher, shard))
+            .entry(voucher)
             .or_default()
             .clone()
     }
@@ -225,25 +251,33 @@ impl OrderDesk {
                     1,
                 ));
             }
-            let mover = self.movers.get(voucher_id, shard);
-            let before = mover.moves.load(std::sync::atomic::Ordering::Acquire);
-            let _moving = mover.lock.lock().await;
-            if entry.read_sold_out_flag().0 {
-                // A refill found the whole sale sold out while this one waited.
-                return Err(Refusal::SoldOut);
-            }
-            if mover.moves.load(std::sync::atomic::Ordering::Acquire) != before {
-                // Another request refilled the shard while this one waited.
-                continue;
-            }
-            refills += 1;
-            let refill = crate::voucher::shards::refill(&self.redis, &self.keys, voucher_id, shards, shard).await?;
-            mover.moves.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            let mover = self.movers.get(voucher_id);
+            let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
+            let refill = {
+                let mut last = mover.last.lock().await;
+                match *last {
+                    // A refill that started after this request's shard was found dry.
+                    (n, Some(answer)) if n > dry_at => answer,
+                    _ => {
+                        refills += 1;
+                        let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+                        let answer = refill(&self.redis, &self.keys, voucher_id, shards, shard).await?;
+                        *last = (n, Some(answer));
+                        answer
+                    }
+                }
+            };
             match refill {
                 Refill::Retry => continue,
                 Refill::SoldOut => break Reservation::SoldOut,
                 Refill::NotLoaded => break Reservation::NotLoaded,
                 Refill::Unverified => break Reservation::Unverified,
+                Refill::Unknown => {
+                    return Err(unavailable(
+                        "this sale's stock is being moved between its shards; try again",
+                        1,
+                    ))
+                }
             }
         };
         match outcome {
@@ -255,7 +289,7 @@ impl OrderDesk {
                 entry.mark_sold_out(seen);
                 Err(Refusal::SoldOut)
             }
-            Reservation::AlreadyOrdered => Err(Refusal::AlreadyOrdered),
+            Reservation::AlreadyOrdered { order_id } => Err(Refusal::AlreadyOrdered(order_id)),
             Reservation::NotReplicated { acked } => {
                 tracing::warn!(
                     voucher_id,
@@ -345,39 +379,46 @@ impl OrderDesk {
             k.outbox_at(voucher_id, shard, shards),
         ];
         let args = [user_id, order_id, created_ms, voucher_id];
-        let (code, acked) = if r.replicas == 0 {
+        let (reply, acked) = if r.replicas == 0 {
             let mut invocation = RESERVE.prepare_invoke();
             invocation.key(&keys).arg(&args);
-            let code: i64 = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
-            (code, None)
+            let reply: redis::Value = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
+            (reply, None)
         } else {
-            let (code, acked) = reserve_and_wait(&mut conn, &keys, &args, r)
+            let (reply, acked) = reserve_and_wait(&mut conn, &keys, &args, r)
                 .await
                 .context("reserve.lua + WAIT")?;
-            (code, Some(acked))
+            (reply, Some(acked))
         };
-        Ok(match code {
-            n if n >= 0 => match acked {
+        Ok(match reply {
+            redis::Value::Int(n) if n >= 0 => match acked {
                 Some(acked) if acked < r.replicas as i64 => Reservation::NotReplicated { acked },
                 _ => Reservation::Accepted { stock_left: n },
             },
-            -1 => Reservation::SoldOut,
-            -2 => Reservation::AlreadyOrdered,
-            -3 => Reservation::NotLoaded,
-            other => anyhow::bail!("reserve.lua returned unknown code {other}"),
+            redis::Value::Int(-1) => Reservation::SoldOut,
+            redis::Value::Int(-3) => Reservation::NotLoaded,
+            // {-2, the shopper's order id}.
+            redis::Value::Array(parts) if parts.first() == Some(&redis::Value::Int(-2)) => {
+                let order_id = parts
+                    .get(1)
+                    .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                    .and_then(|s| s.parse().ok());
+                Reservation::AlreadyOrdered { order_id }
+            }
+            other => anyhow::bail!("reserve.lua returned an unknown reply {other:?}"),
         })
     }
 }
 
 /// The script (EVALSHA, or EVAL once if the server does not know it yet) and
-/// `WAIT replicas deadline` in one pipeline: the script's code and how many
+/// `WAIT replicas deadline` in one pipeline: the script's reply and how many
 /// replicas acknowledged its writes.
 async fn reserve_and_wait(
     conn: &mut crate::redis_conn::Conn,
     keys: &[String],
     args: &[i64],
     r: &Replication,
-) -> redis::RedisResult<(i64, i64)> {
+) -> redis::RedisResult<(redis::Value, i64)> {
     let wait_ms = r.deadline.as_millis().max(1) as u64;
     let pipeline = |script: redis::Cmd| {
         let mut script = script;
@@ -405,7 +446,11 @@ pub enum Reservation {
         stock_left: i64,
     },
     SoldOut,
-    AlreadyOrdered,
+    /// The shopper has a live order for the sale: `order_id`, as the buyers hash
+    /// names it (None only if the hash held something that is not an id).
+    AlreadyOrdered {
+        order_id: Option<i64>,
+    },
     /// Admitted on the master, but fewer than the required replicas acknowledged it
     /// in time: not acknowledged to the shopper (503).
     NotReplicated {

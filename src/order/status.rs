@@ -28,22 +28,24 @@ pub struct Lookup {
 }
 
 impl Lookup {
-    /// The order from Postgres, or pending in Redis, whoever owns it.
-    pub async fn find(&self, order_id: i64) -> Result<Option<Order>> {
+    /// The order from Postgres, or pending in Redis. `owner`: the shopper asking
+    /// (an order of someone else's is not theirs to see, so only their shard of each
+    /// sale is read); None for an admin, who may see anyone's (every shard).
+    pub async fn find(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
         match by_id(&self.pg, order_id).await? {
             Some(o) => Ok(Some(o)),
-            None => self.pending_by_id(order_id).await,
+            None => self.pending_by_id(order_id, owner).await,
         }
     }
 
     /// Finds a pending order by id among the flash sales whose window contains the
-    /// second the id was made in (one pipelined Redis call).
-    async fn pending_by_id(&self, order_id: i64) -> Result<Option<Order>> {
+    /// second the id was made in (one pipelined Redis call): in `owner`'s shard of
+    /// each, or every shard if the owner is not known.
+    async fn pending_by_id(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
         let Some(made) = id_worker::created_at(order_id) else {
             return Ok(None);
         };
         let slack = Duration::seconds(2);
-        // Every shard of each: the order is in its shopper's, whom the id does not tell.
         let candidates: Vec<(i64, u32, u32)> = self
             .cache
             .flash_sales()
@@ -52,7 +54,12 @@ impl Lookup {
                 let f = e.voucher.flash.as_ref()?;
                 (f.begin_at - slack <= made && made <= f.end_at + slack).then_some((e.voucher.id, f.shards()))
             })
-            .flat_map(|(v, shards)| (0..shards).map(move |k| (v, k, shards)))
+            .flat_map(|(v, shards)| {
+                let mine = owner.map(|u| crate::keys::shard_of(u, shards));
+                (0..shards)
+                    .filter(move |k| mine.is_none_or(|m| m == *k))
+                    .map(move |k| (v, k, shards))
+            })
             .collect();
         if candidates.is_empty() {
             return Ok(None);

@@ -1,33 +1,34 @@
 //! One relay: [`Relay::step`] does one read-publish-acknowledge round; [`Relay::run`]
 //! loops it and reconnects to RabbitMQ after failures.
 mod claim;
+pub mod intent;
+mod slots;
 
 use crate::broker::{publish_confirmed, Broker, ORDERS_ROUTING_KEY};
 use crate::config::Settings;
-use crate::keys::{Keys, RELAY_GROUP};
+use crate::keys::Keys;
 use crate::order::model::{OrderBatch, OrderMsg};
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel};
-use redis::streams::{StreamId, StreamReadReply};
+use redis::streams::StreamId;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-static OUTBOX_ACK: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../lua/outbox_ack.lua")));
-
 /// How long one XREADGROUP waits for new entries.
-const BLOCK_MS: u64 = 200;
+pub(super) const BLOCK_MS: u64 = 200;
 
 pub struct Relay {
     redis: Redis,
     keys: Keys,
     cache: Arc<VoucherCache>,
     broker: Arc<Broker>,
+    /// Where intents are recorded before each publish ([`intent`]).
+    pg: sqlx::PgPool,
     consumer: String,
     batch: usize,
     linger: Duration,
@@ -36,6 +37,11 @@ pub struct Relay {
     metrics: Arc<crate::metrics::Metrics>,
     /// The registry of outboxes in Redis (`<ns>:outboxes`) as last read, and when.
     registry: std::sync::Mutex<(Option<Instant>, Vec<Outbox>)>,
+    /// Set when a round read entries it could not publish (the epoch moved on, a
+    /// repair began): the next round reads this consumer's pending entries again.
+    left_pending: std::sync::atomic::AtomicBool,
+    /// When each failing slot was last logged as a warning.
+    slot_warned: std::sync::Mutex<HashMap<u16, Instant>>,
 }
 
 /// One outbox stream's key (a voucher's, or one of its shards').
@@ -45,30 +51,7 @@ type Outbox = String;
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);
 
 /// How long a relay on a Redis Cluster waits between reads that found nothing.
-const CLUSTER_POLL_MS: u64 = 20;
-
-/// XREADGROUP on streams of one hash slot; `block` waits up to [`BLOCK_MS`] for new
-/// entries.
-async fn read_group(
-    conn: &mut crate::redis_conn::Conn,
-    consumer: &str,
-    batch: usize,
-    streams: &[String],
-    read: Read,
-    block: bool,
-) -> redis::RedisResult<Option<StreamReadReply>> {
-    let mut cmd = redis::cmd("XREADGROUP");
-    cmd.arg("GROUP").arg(RELAY_GROUP).arg(consumer).arg("COUNT").arg(batch);
-    if read == Read::New && block {
-        cmd.arg("BLOCK").arg(BLOCK_MS);
-    }
-    cmd.arg("STREAMS").arg(streams);
-    let id = if read == Read::New { ">" } else { "0" };
-    for _ in streams {
-        cmd.arg(id);
-    }
-    cmd.query_async(conn).await
-}
+pub(super) const CLUSTER_POLL_MS: u64 = 20;
 
 /// Which entries a step reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,16 +62,24 @@ pub enum Read {
     OwnPending,
 }
 
+/// What a relay moves orders between: the Redis its outboxes are in, RabbitMQ, and
+/// the Postgres where it records each batch before publishing it ([`intent`]).
+pub struct Ends {
+    pub redis: Redis,
+    pub broker: Arc<Broker>,
+    pub pg: sqlx::PgPool,
+}
+
 impl Relay {
     pub fn new(
-        redis: &Redis,
+        ends: Ends,
         keys: Keys,
         cache: Arc<VoucherCache>,
-        broker: Arc<Broker>,
         consumer: String,
         settings: &Settings,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
+        let Ends { redis, broker, pg } = ends;
         let timeout = settings.dependency_timeout;
         Self {
             // Its own connection: XREADGROUP BLOCK must not hold up the order path.
@@ -96,6 +87,7 @@ impl Relay {
             keys,
             cache,
             broker,
+            pg,
             consumer,
             batch: settings.relay_batch,
             linger: settings.relay_linger,
@@ -103,6 +95,8 @@ impl Relay {
             confirm_timeout: timeout.max(Duration::from_secs(5)),
             metrics,
             registry: Default::default(),
+            left_pending: Default::default(),
+            slot_warned: Default::default(),
         }
     }
 
@@ -127,6 +121,9 @@ impl Relay {
                 if self.claim().await? > 0 {
                     read = Read::OwnPending;
                 }
+            }
+            if self.left_pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                read = Read::OwnPending;
             }
             let round = Instant::now();
             let n = self.step(&channel, read).await?;
@@ -157,28 +154,31 @@ impl Relay {
         Ok(())
     }
 
-    /// One round: read up to `batch` entries per outbox, publish them as one message,
-    /// wait for the broker's confirm, then acknowledge them and drop them from the
+    /// One round: read up to `batch` entries per outbox, record them as about to be
+    /// published ([`intent`]), publish them as one message, wait for the broker's
+    /// confirm, then acknowledge them and drop them from the
     /// outbox (`lua/outbox_ack.lua`). Returns how many
     /// orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
+        // A round that reads nothing leaves a pending re-read for the next one.
+        let keep_pending = || {
+            if read == Read::OwnPending {
+                self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
         let streams: Vec<String> = self.outboxes().await;
         if streams.is_empty() {
+            keep_pending();
             return Ok(0);
         }
         // Only from a server whose state Postgres vouches for: while a repair is due
         // or under way the outboxes stay as they are, for the repair to read.
         let Some((mut conn, epoch)) = self.redis.verified().await? else {
+            keep_pending();
             tokio::time::sleep(Duration::from_millis(BLOCK_MS)).await;
             return Ok(0);
         };
-        let reply = match self.read(&mut conn, &streams, read).await {
-            Err(e) if e.code() == Some("NOGROUP") => {
-                self.ensure_groups(&streams).await?;
-                self.read(&mut conn, &streams, read).await?
-            }
-            other => other.context("XREADGROUP on the outboxes")?,
-        };
+        let reply = self.read(&mut conn, &streams, read).await?;
         let Some(reply) = reply else { return Ok(0) };
         let mut orders = Vec::new();
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
@@ -199,7 +199,19 @@ impl Relay {
             return Ok(0);
         }
         if !orders.is_empty() {
-            if let Err(e) = self.publish(channel, &orders).await {
+            // Recorded before the publish, under the epoch they were read in (see
+            // `intent`): a repair that began meanwhile refuses it, and the entries
+            // stay pending for the repair to read.
+            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), epoch, &orders).await? else {
+                self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    epoch,
+                    orders = orders.len(),
+                    "a repair began: not publishing what this round read"
+                );
+                return Ok(0);
+            };
+            if let Err(e) = self.publish(channel, &orders, intent).await {
                 self.metrics.relay_confirms.with_label_values(&["error"]).inc();
                 return Err(e);
             }
@@ -212,50 +224,16 @@ impl Relay {
                     .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
             }
         }
-        self.acknowledge(&done).await?;
+        // On the connection the entries were read from (a server Postgres vouched
+        // for), never on a new one that may be another server.
+        self.acknowledge(&conn, epoch, &done).await?;
         Ok(orders.len())
     }
 
-    async fn read(
-        &self,
-        conn: &mut crate::redis_conn::Conn,
-        streams: &[String],
-        read: Read,
-    ) -> redis::RedisResult<Option<StreamReadReply>> {
-        // One XREADGROUP may only name streams of one hash slot on a cluster: there,
-        // streams of several slots are read slot by slot, at once and without
-        // blocking (a blocked read would hold up the others on its node's
-        // connection), and an idle round sleeps a short poll instead.
-        let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
-        for s in streams {
-            let slot = if self.redis.is_cluster() {
-                crate::keys::slot(s.as_bytes())
-            } else {
-                0
-            };
-            match by_slot.iter_mut().find(|g| g.0 == slot) {
-                Some(g) => g.1.push(s.clone()),
-                None => by_slot.push((slot, vec![s.clone()])),
-            }
-        }
-        if by_slot.len() == 1 {
-            return read_group(conn, &self.consumer, self.batch, &by_slot[0].1, read, true).await;
-        }
-        let replies = futures::future::try_join_all(by_slot.iter().map(|(_, group)| {
-            let mut conn = conn.clone();
-            async move { read_group(&mut conn, &self.consumer, self.batch, group, read, false).await }
-        }))
-        .await?;
-        let keys: Vec<_> = replies.into_iter().flatten().flat_map(|r| r.keys).collect();
-        if keys.is_empty() && read == Read::New {
-            tokio::time::sleep(Duration::from_millis(CLUSTER_POLL_MS)).await;
-        }
-        Ok((!keys.is_empty()).then_some(StreamReadReply { keys }))
-    }
-
-    async fn publish(&self, channel: &Channel, orders: &[OrderMsg]) -> Result<()> {
+    async fn publish(&self, channel: &Channel, orders: &[OrderMsg], intent: i64) -> Result<()> {
         let body = serde_json::to_vec(&OrderBatch {
             orders: orders.to_vec(),
+            intent: Some(intent),
         })?;
         let k = self.broker.keys();
         let props = BasicProperties::default().with_content_type("application/json".into());
@@ -269,27 +247,6 @@ impl Relay {
         )
         .await
         .context("publishing an order batch")
-    }
-
-    /// XACK the published entries and drop what no relay needs any more
-    /// (`lua/outbox_ack.lua`), one script per outbox, all at once.
-    async fn acknowledge(&self, done: &HashMap<String, Vec<String>>) -> Result<()> {
-        let conn = self.redis.conn().await?;
-        futures::future::try_join_all(done.iter().map(|(stream, ids)| {
-            let mut conn = conn.clone();
-            async move {
-                let _dropped: i64 = OUTBOX_ACK
-                    .key(stream)
-                    .arg(RELAY_GROUP)
-                    .arg(ids)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok::<_, redis::RedisError>(())
-            }
-        }))
-        .await
-        .context("acknowledging outbox entries")?;
-        Ok(())
     }
 
     /// The outboxes (voucher, shard) this relay reads: every shard of the flash sales

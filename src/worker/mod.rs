@@ -183,6 +183,8 @@ impl Worker {
                             .await
                             .context("acknowledging a batch")?;
                     }
+                    let intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
+                    crate::outbox::relay::intent::forget(&self.ctx.pg, &intents).await;
                 }
                 Persisted::Refused(e) if chunk.len() > 1 => {
                     tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");

@@ -7,6 +7,7 @@ const TOKEN_KEY = "seckill.admin.token";
 const POLL_MS = 1000;
 const CHART_POINTS = 60;
 const $ = (id) => document.getElementById(id);
+const VOUCHER_ID = /^[1-9][0-9]{0,18}$/;
 
 let token = null;
 let selected = null; // voucher id (string) watched live
@@ -23,6 +24,12 @@ function takeFragment() {
   if (t) sessionStorage.setItem(TOKEN_KEY, t);
   const v = params.get("voucher");
   if (t || v) history.replaceState(null, "", location.pathname + location.search);
+  // Only an id: the value goes into the paths the page fetches with the admin's
+  // token, and a link could otherwise send it elsewhere ("1/../../..").
+  if (v !== null && !VOUCHER_ID.test(v)) {
+    start.refused = "The link's voucher (#voucher=) is not a voucher id; ignored.";
+    return null;
+  }
   return v;
 }
 
@@ -194,7 +201,7 @@ function show(live) {
   $("orders-timed-out").textContent = fmt(o.timed_out);
   $("outbox-backlog").textContent = fmt(live.relay.outbox_backlog);
   $("relay-lag").textContent = live.relay.lag_ms < 1000 ? live.relay.lag_ms + " ms" : (live.relay.lag_ms / 1000).toFixed(1) + " s";
-  showShards(s.shards);
+  showShards(s.shards, live.relay.shards);
   showAudit(live.audit);
   const t = Date.parse(live.read_at);
   if (prev && t > prev.t) {
@@ -207,15 +214,18 @@ function show(live) {
   prev = { t, accepted: o.accepted };
 }
 
-// stats.shards: [{shard, stock_remaining}], for a sale spread over several slots.
-function showShards(shards) {
+// stats.shards: [{shard, stock_remaining}], and relay.shards: [{shard,
+// outbox_backlog, lag_ms}], for a sale spread over several slots.
+function showShards(shards, relay) {
   const list = $("shard-list");
   $("shards").hidden = !Array.isArray(shards) || shards.length === 0;
   if ($("shards").hidden) return;
+  const backlog = new Map((relay || []).map((r) => [r.shard, r.outbox_backlog]));
   list.replaceChildren(
     ...shards.map((sh) => {
       const li = document.createElement("li");
-      li.textContent = "#" + sh.shard + ": " + fmt(sh.stock_remaining);
+      const b = backlog.get(sh.shard);
+      li.textContent = "#" + sh.shard + ": " + fmt(sh.stock_remaining) + (b === undefined ? "" : " · backlog " + fmt(b));
       return li;
     }),
   );
@@ -225,6 +235,8 @@ const CHECKS = {
   units_accounted_for: "every unit accounted for (on sale + in flight + live orders = stock)",
   postgres_stock: "Postgres stock = stock − live orders",
   no_returns_pending: "no stock return pending",
+  orders_known_to_redis: "every order in Postgres was admitted by Redis",
+  no_failed_orders: "no failed order",
 };
 
 function showAudit(a) {
@@ -354,6 +366,24 @@ function defaultWindow() {
   form.elements.end_at.value = local(new Date(now.getTime() + 3600 * 1000));
 }
 
+// A Redis repair under way closes every sale it rebuilds: say so, and why it waits.
+async function pollRedis() {
+  if (!token) return;
+  try {
+    const r = await api("GET", "/api/v1/admin/redis");
+    const el = $("repair");
+    if (r.repairing) {
+      const since = r.repair_started_at ? " since " + when(r.repair_started_at) : "";
+      el.textContent =
+        "Redis repair (epoch " + r.epoch + ")" + since + ": sales closed. " +
+        (r.repair_reason || "rebuilding the sales from Postgres.");
+    }
+    el.hidden = !r.repairing;
+  } catch (e) {
+    // The notice line reports the other calls' failures; this one stays quiet.
+  }
+}
+
 async function start() {
   token = sessionStorage.getItem(TOKEN_KEY);
   if (!token) return signOut("");
@@ -366,8 +396,12 @@ async function start() {
     if (token) notice("Vouchers: " + e.message);
     return;
   }
+  pollRedis();
+  if (!start.redisTimer) start.redisTimer = setInterval(pollRedis, 2000);
   const wanted = start.voucher;
   start.voucher = null;
+  if (start.refused) notice(start.refused);
+  start.refused = null;
   if (wanted) watchSale(wanted);
 }
 

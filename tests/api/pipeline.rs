@@ -162,6 +162,7 @@ async fn the_same_message_delivered_twice_writes_each_order_once() {
                 epoch: 1,
             })
             .collect(),
+        intent: None,
     };
     let body = serde_json::to_vec(&batch).unwrap();
     publish_raw(&ns, &body).await;
@@ -227,6 +228,7 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
                 epoch,
             })
             .collect(),
+        intent: None,
     };
     let b = ns.broker();
     let (conn, ch) = b.open().await.unwrap();
@@ -256,16 +258,24 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
 /// With a delivery limit of 1, a worker that cannot reach Postgres hands its batch
 /// back (the hold limit) and the broker dead-letters it; once Postgres is back the
 /// orders are persisted all the same rather than left on the dead-letter queue,
-/// neither persisted nor failed.
+/// neither persisted nor failed. (The relay publishes only what it could record as
+/// published in Postgres, see `outbox::relay::intent`: the orders are published
+/// before Postgres goes, and a worker starts after.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persisted() {
     let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns)
-        .env("SECKILL_DELIVERY_LIMIT", "1")
-        .env("SECKILL_WORKER_HOLD_MS", "300")
-        .spawn()
-        .await;
+    let limits = [("SECKILL_DELIVERY_LIMIT", "1"), ("SECKILL_WORKER_HOLD_MS", "300")];
+    let mut builder = TestApp::builder(&ns).worker(false);
+    for (k, val) in limits {
+        builder = builder.env(k, val);
+    }
+    let app = builder.spawn().await;
     let v = app.flash_sale(100).await;
+    let published_first: i64 = 20;
+    for u in 1..=published_first {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    wait_published(&app, &ns, published_first as u64).await;
     let admin = sqlx::PgPool::connect(&admin_db_url()).await.unwrap();
     sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", ns.db))
         .execute(&admin)
@@ -276,11 +286,16 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
         .execute(&admin)
         .await
         .unwrap();
+    let mut builder = TestApp::builder(&ns).mode(Mode::Worker);
+    for (k, val) in limits {
+        builder = builder.env(k, val);
+    }
+    let worker = builder.spawn().await;
     // For longer than the Redis check period (its Postgres reads fail now), every
     // order is still accepted: a Postgres outage does not stop sales.
     let until = std::time::Instant::now() + 2 * seckill::epoch::CHECK_EVERY + Duration::from_millis(500);
-    let mut u = 0;
-    while std::time::Instant::now() < until || u < 20 {
+    let mut u = published_first;
+    while std::time::Instant::now() < until || u < 2 * published_first {
         u += 1;
         let (status, body) = app.order(v, u).await;
         assert_eq!(
@@ -293,7 +308,7 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
     let accepted = u;
     // Handed back at least twice: past the limit of 1, the broker dead-letters it,
     // and the worker takes it from there.
-    let metrics = app.app().state().metrics.clone();
+    let metrics = worker.app().state().metrics.clone();
     eventually(Duration::from_secs(30), || {
         let m = metrics.clone();
         async move { (m.worker_incidents.with_label_values(&["dead_lettered"]).get() > 0).then_some(()) }
@@ -310,16 +325,24 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
         .await
         .unwrap();
     assert_eq!(failed, 0);
+    worker.shutdown().await;
     app.shutdown().await;
 }
 
-/// Postgres refuses connections for a while: the worker backs off holding its
-/// messages, and once Postgres is back every accepted order is persisted.
+/// Postgres refuses connections for a while: the worker backs off holding the
+/// messages it received, orders go on being accepted, and the relay publishes none
+/// of them (it publishes only what it recorded in Postgres as published, see
+/// `outbox::relay::intent`): they wait in the outbox. Once Postgres is back every
+/// accepted order is persisted, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_unavailable_then_back_loses_nothing() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
+    let app = TestApp::builder(&ns).worker(false).spawn().await;
     let v = app.flash_sale(100).await;
+    for user in 1..=40 {
+        assert_eq!(app.order(v, user).await.0, StatusCode::ACCEPTED);
+    }
+    wait_published(&app, &ns, 40).await;
     let admin = sqlx::PgPool::connect(&admin_db_url()).await.unwrap();
     // Only this test's database goes down: no new connections, existing ones cut.
     sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false", ns.db))
@@ -331,34 +354,70 @@ async fn postgres_unavailable_then_back_loses_nothing() {
         .execute(&admin)
         .await
         .unwrap();
-    for user in 1..=40 {
+    let worker = TestApp::builder(&ns).mode(Mode::Worker).spawn().await;
+    for user in 41..=80 {
         assert_eq!(
             app.order(v, user).await.0,
             StatusCode::ACCEPTED,
             "the hot path needs no Postgres"
         );
     }
-    // Postgres comes back once the worker holds every order: all published, none
-    // ready in the queue.
-    let metrics = app.app().state().metrics.clone();
+    // The worker holds the 40 published orders: none ready in the queue.
     eventually(Duration::from_secs(20), || async {
-        let published = metrics.relay_published.get();
-        (published >= 40 && orders_ready(&ns).await == 0).then_some(())
+        (orders_ready(&ns).await == 0).then_some(())
     })
     .await
     .expect("the worker holds the orders while Postgres is away");
+    assert_eq!(
+        app.app().state().metrics.relay_published.get(),
+        40,
+        "nothing is published while no intent can be recorded"
+    );
     sqlx::query(&format!("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true", ns.db))
         .execute(&admin)
         .await
         .unwrap();
-    wait_persisted(&app, v, 40).await;
+    wait_persisted(&app, v, 80).await;
     let all: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders")
         .fetch_one(app.pg())
         .await
         .unwrap();
-    assert_eq!(all, 40, "none doubled, none failed");
+    assert_eq!(all, 80, "none doubled, none failed");
     admin.close().await;
+    worker.shutdown().await;
     app.shutdown().await;
+}
+
+/// Until the relay has published `n` orders and they wait in the queue (read
+/// through the application's own broker settings: its queue arguments may differ
+/// from the namespace's defaults).
+async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
+    let state = app.app().state();
+    let ready = || async {
+        let (conn, ch) = state.broker.open().await.ok()?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let q = ch
+            .queue_declare(ns.keys().orders_queue().into(), passive, FieldTable::default())
+            .await
+            .ok()?;
+        let _ = conn.close(200, "done".into()).await;
+        Some(q.message_count() as u64)
+    };
+    let seen = eventually(Duration::from_secs(20), || async {
+        let (published, ready) = (state.metrics.relay_published.get(), ready().await?);
+        // Messages carry batches: with no consumer, every published one is ready.
+        (published >= n && ready > 0).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "the orders published: {} published, {:?} ready",
+        state.metrics.relay_published.get(),
+        ready().await
+    );
 }
 
 /// Ids never repeat across instances, even when Redis loses the counter mid-day.
@@ -408,10 +467,13 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     }
     let state = app.app().state();
     let relay = seckill::outbox::Relay::new(
-        &state.redis,
+        seckill::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+        },
         state.keys.clone(),
         Arc::new(seckill::voucher::cache::VoucherCache::default()),
-        state.broker.clone(),
         "relay-with-an-empty-cache".into(),
         &state.settings,
         state.metrics.clone(),
@@ -433,6 +495,8 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     let redis = test_redis();
     let mut conn = redis.conn().await.unwrap();
     let stream = format!("{}:{{ack}}:outbox", ns.name);
+    // No repair ever closed this shard: any epoch may acknowledge.
+    let fence = format!("{}:{{ack}}:repair", ns.name);
     let group = seckill::keys::RELAY_GROUP;
     let ack = redis::Script::new(include_str!("../../lua/outbox_ack.lua"));
     let _: () = redis::cmd("XGROUP")
@@ -491,7 +555,9 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // b is done with its two: they go; a's older ones and the unread one stay.
     let dropped: i64 = ack
         .key(&stream)
+        .key(&fence)
         .arg(group)
+        .arg(1)
         .arg(&b)
         .invoke_async(&mut conn)
         .await
@@ -502,7 +568,9 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // a is done too: its two go, the unread fifth stays and is delivered.
     let dropped: i64 = ack
         .key(&stream)
+        .key(&fence)
         .arg(group)
+        .arg(1)
         .arg(&a)
         .invoke_async(&mut conn)
         .await
@@ -514,7 +582,9 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // Read but not acknowledged: it stays, whatever else is acknowledged.
     let dropped: i64 = ack
         .key(&stream)
+        .key(&fence)
         .arg(group)
+        .arg(1)
         .arg(&a)
         .invoke_async(&mut conn)
         .await
@@ -523,10 +593,99 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     assert_eq!(len(conn.clone(), stream.clone()).await, 1);
     let dropped: i64 = ack
         .key(&stream)
+        .key(&fence)
         .arg(group)
+        .arg(1)
         .arg(&ids[4..])
         .invoke_async(&mut conn)
         .await
         .unwrap();
     assert_eq!((dropped, len(conn.clone(), stream.clone()).await), (1, 0));
+}
+
+/// A relay whose publish was confirmed after a repair closed the shard (the
+/// shard's repair fence is newer than the epoch the relay read the entries in) may
+/// not acknowledge them: the repair's barrier found them in the outbox, and its
+/// rebuild counts them from there. Dropping them would hide them from the rebuild,
+/// which would reopen the sale with their units and without their shoppers' marks.
+#[tokio::test]
+async fn a_relay_of_an_older_epoch_cannot_acknowledge_after_a_repair_closed_the_shard() {
+    let ns = Namespace::new().await;
+    let redis = test_redis();
+    let mut conn = redis.conn().await.unwrap();
+    let stream = format!("{}:{{fenced}}:outbox", ns.name);
+    let fence = seckill::keys::Keys::new(&ns.name)
+        .repair_fence_of_outbox(&stream)
+        .unwrap();
+    let group = seckill::keys::RELAY_GROUP;
+    let ack = redis::Script::new(include_str!("../../lua/outbox_ack.lua"));
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let _: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg("o")
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let read: redis::streams::StreamReadReply = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg("relay-a")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ids: Vec<String> = read.keys[0].ids.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 3);
+    // A repair of epoch 5 closed the shard; the relay read the entries in epoch 4.
+    let _: () = redis::cmd("SET")
+        .arg(&fence)
+        .arg(5)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let refused: i64 = ack
+        .key(&stream)
+        .key(&fence)
+        .arg(group)
+        .arg(4)
+        .arg(&ids)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(refused, -1, "an acknowledgement of an older epoch is refused");
+    let len: i64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
+    assert_eq!(len, 3, "every entry stays for the rebuild");
+    // The relay of the repair's epoch (or a later one) acknowledges as usual.
+    let dropped: i64 = ack
+        .key(&stream)
+        .key(&fence)
+        .arg(group)
+        .arg(5)
+        .arg(&ids)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 3);
+    let _: () = redis::cmd("DEL")
+        .arg(&stream)
+        .arg(&fence)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
 }

@@ -37,6 +37,40 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
     })
     .await
     .expect("the relay published the orders");
+    // The setup, checked: published (the relay acknowledges outbox entries once the
+    // broker confirmed them), not ready in the queue, not in Postgres, and the
+    // frozen worker the queue's one consumer: delivered to it and unacknowledged.
+    // (The broker's own unacknowledged count, through rabbitmqctl, lags by its
+    // statistics interval; these are read live.) That they were not lost shows at
+    // the end: every order persisted.
+    let (conn, ch) = ns.broker().open().await.unwrap();
+    let q = ch
+        .queue_declare(
+            ns.keys().orders_queue().into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let _ = conn.close(200, "checked".into()).await;
+    let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    println!(
+        "orders queue: {} ready, {} consumer(s); {in_pg} in Postgres",
+        q.message_count(),
+        q.consumer_count()
+    );
+    assert_eq!(
+        (q.message_count(), q.consumer_count(), in_pg),
+        (0, 1, 0),
+        "the setup: the orders in the frozen worker's hands, not ready, not persisted"
+    );
     // Redis loses the sale.
     let k = ns.keys();
     let _: () = redis::cmd("DEL")
@@ -46,10 +80,12 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    // While the worker holds those orders, the sale stays closed. The duration is the
-    // subject: several times what a repair that did not wait for them would take
-    // (its drain waits for 500 ms of quiet), probed every 100 ms.
-    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    let lost_at = std::time::Instant::now();
+    // While the worker holds those orders, the sale stays closed, however long: the
+    // freeze outlasts any "worker seen lately" window (a frozen worker stops beating;
+    // an earlier repair took it for dead after 5 s and reopened the sale without its
+    // orders). Probed every 100 ms for 8 s.
+    let until = lost_at + Duration::from_secs(8);
     let mut probe = 100;
     while std::time::Instant::now() < until {
         let (status, body) = app.order(v, probe).await;
@@ -61,8 +97,25 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
         probe += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // An operator sees the repair waiting, and why: the four orders.
+    let (status, state) = app.get("/api/v1/admin/redis", Some(&app.admin())).await;
+    assert_eq!(status, StatusCode::OK, "{state}");
+    println!("admin view during the freeze: {state}");
+    assert_eq!(state["repairing"], true, "{state}");
+    assert_eq!(state["repair_waiting_orders"], 4, "{state}");
+    assert!(
+        state["repair_reason"].as_str().is_some_and(|r| r.contains("4 order")),
+        "{state}"
+    );
     signal(&worker, "CONT");
     selling_again(&app, v, 1).await;
+    println!("the sale was closed {} ms", lost_at.elapsed().as_millis());
+    let (_, state) = app.get("/api/v1/admin/redis", Some(&app.admin())).await;
+    assert_eq!(
+        (state["repairing"].clone(), state["repair_waiting_orders"].clone()),
+        (serde_json::json!(false), serde_json::json!(0)),
+        "{state}"
+    );
     for u in 1..=4 {
         let (_, body) = app.order(v, u).await;
         assert_eq!(body["error"]["code"], "already_ordered", "shopper {u}");
@@ -73,20 +126,7 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
         stock - 4,
         "exactly the stock that was left"
     );
-    let pg = app.pg().clone();
-    eventually(Duration::from_secs(30), || {
-        let pg = pg.clone();
-        async move {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
-                .bind(v)
-                .fetch_one(&pg)
-                .await
-                .ok()?;
-            (n == stock).then_some(())
-        }
-    })
-    .await
-    .expect("every order persisted");
+    wait_stored(&app, v, stock, Duration::from_secs(30), "every order persisted").await;
     let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM voucher_orders WHERE voucher_id = $1")
         .bind(v)
         .fetch_all(app.pg())

@@ -102,6 +102,23 @@ try {
   await page.waitForFunction((total) => document.getElementById("stock-total").textContent === total, String(stock + 5), {
     timeout: WAIT_MS,
   });
+  // A link whose voucher is not an id: ignored, said so, and nothing fetched from
+  // it (unchecked, "1/../../../health/ready" would have the page fetch
+  // /api/v1/health/ready with the admin's token).
+  const probe = await browser.newPage();
+  const fetched = [];
+  probe.on("request", (r) => fetched.push(new URL(r.url()).pathname));
+  await probe.goto(`${base}/admin/#token=${token}&voucher=${encodeURIComponent("1/../../../health/ready")}`);
+  await probe.waitForFunction(() => !document.getElementById("notice").hidden, null, { timeout: WAIT_MS });
+  const said = await probe.locator("#notice").innerText();
+  if (!said.includes("not a voucher id")) throw new Error("a bad #voucher= was not refused: " + said);
+  // (The Redis state the page polls names no voucher.)
+  const astray = fetched.filter(
+    (p) => p.startsWith("/api/") && !/^\/api\/v1\/admin\/(redis|vouchers(\/[0-9]+(\/[a-z]+)?)?)$/.test(p),
+  );
+  if (astray.length) throw new Error("the page fetched paths made from #voucher=: " + astray.join(", "));
+  await probe.close();
+
   if (problems.length) throw new Error(problems.join("\n"));
   console.log("OK " + JSON.stringify({ seen: [...seen].sort((a, b) => a - b), validation, screenshot }));
 } catch (e) {

@@ -28,8 +28,14 @@ impl Relay {
                     }
                 }
                 Ok(_) => {}
-                Err(err) if err.code() == Some("NOGROUP") => self.ensure_groups(std::slice::from_ref(&stream)).await?,
-                Err(err) => return Err(err).context("XAUTOCLAIM"),
+                Err(err) if err.code() == Some("NOGROUP") => {
+                    if let Err(e) = self.ensure_groups(std::slice::from_ref(&stream)).await {
+                        tracing::warn!(outbox = %stream, error = %format!("{e:#}"), "making a consumer group failed");
+                    }
+                }
+                // One outbox's trouble (its master unreachable, a key that is not a
+                // stream) is its own: the others are still claimed.
+                Err(err) => tracing::warn!(outbox = %stream, error = %err, "XAUTOCLAIM on one outbox failed"),
             }
         }
         if claimed > 0 {

@@ -83,7 +83,7 @@ impl Builder<'_> {
             app: Some(app),
             addr,
             client: reqwest::Client::new(),
-            jwt: JwtKeys::new(settings.jwt_secret.expose()),
+            jwt: JwtKeys::from_settings(&settings),
         }
     }
 }

@@ -36,6 +36,36 @@ pub fn cluster_seeds() -> Option<String> {
         .filter(|v| !v.trim().is_empty())
 }
 
+/// The seed nodes of the Redis Cluster a cluster-only test needs: it fails (never
+/// passes untested) unless `TEST_REDIS_CLUSTER` names a cluster that serves every
+/// slot over more than one master. Cluster-only tests are `#[ignore]`d and named
+/// `on_a_cluster_…`; `scripts/test.sh` runs them in its cluster pass.
+pub async fn require_cluster() -> String {
+    let seeds = cluster_seeds()
+        .expect("a cluster-only test without a cluster: TEST_REDIS_CLUSTER=$(scripts/redis_cluster.sh --urls) runs it");
+    let first = seeds.split(',').next().unwrap().trim().to_owned();
+    let mut conn = redis::Client::open(first.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("TEST_REDIS_CLUSTER's {first} does not answer: {e}"));
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{first} is no cluster node: {e}"));
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(field("cluster_state"), "ok", "the cluster is not serving: {info}");
+    let masters: u32 = field("cluster_size").parse().unwrap_or(0);
+    assert!(masters > 1, "a cluster of {masters} master(s) proves nothing: {info}");
+    seeds
+}
+
 /// A handle on the shared Redis (node or cluster) for the test's own commands.
 pub fn test_redis() -> seckill::redis_conn::Redis {
     seckill::redis_conn::Redis::new(&redis_url(), cluster_seeds().is_some(), Duration::from_secs(5)).unwrap()
@@ -103,6 +133,7 @@ impl Namespace {
             ("SECKILL_JWT_SECRET".to_owned(), SECRET.to_owned()),
             ("SECKILL_DB_MAX_CONNECTIONS".to_owned(), "4".to_owned()),
             ("SECKILL_RATE_LIMIT_PER_USER".to_owned(), "0".to_owned()),
+            ("SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER".to_owned(), "0".to_owned()),
             ("SECKILL_RATE_LIMIT_PER_IP".to_owned(), "0".to_owned()),
             ("SECKILL_MAX_IN_FLIGHT".to_owned(), "0".to_owned()),
         ]);

@@ -94,3 +94,59 @@ pub async fn assert_balanced(app: &TestApp, voucher: i64) {
         panic!("the sale's books do not balance: {audit:#}");
     }
 }
+
+/// The incidents a worker counts (`seckill_worker_incidents_total`): an id or a
+/// number issued twice, an order admitted after its sale was repaired. Postgres's
+/// unique indexes cannot show them (the worker stores a colliding number under a
+/// fresh one); only these counters can. Reads `/metrics` of each instance at
+/// `bases` and fails on any incident, or if none of them has persisted an order
+/// (the check would prove nothing).
+pub async fn assert_no_incidents(scenario: &str, bases: &[&str]) {
+    let mut batches = 0.0;
+    for base in bases {
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .and_then(|r| r.error_for_status())
+            .unwrap_or_else(|e| panic!("{scenario}: metrics of {base}: {e}"));
+        let text = text.text().await.unwrap();
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .filter_map(|l| l.strip_prefix(name))
+                .filter_map(|v| v.trim().parse::<f64>().ok())
+                .sum()
+        };
+        batches += value("seckill_worker_batch_orders_count");
+        for kind in ["id_collision", "number_collision", "late_conflict"] {
+            let n = value(&format!("seckill_worker_incidents_total{{kind=\"{kind}\"}}"));
+            assert_eq!(n, 0.0, "{scenario}: the worker at {base} met {n} {kind} incident(s)");
+        }
+    }
+    assert!(
+        batches > 0.0,
+        "{scenario}: no worker among {bases:?} persisted an order: its incidents prove nothing"
+    );
+}
+
+/// Orders of `voucher` stored in Postgres, whatever their status (`None` while
+/// Postgres does not answer).
+pub async fn stored_orders(app: &TestApp, voucher: i64) -> Option<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_one(app.pg())
+        .await
+        .ok()
+}
+
+/// Until at least `n` orders of `voucher` are stored; fails after `within`, saying
+/// `what` and how many there are.
+pub async fn wait_stored(app: &TestApp, voucher: i64, n: i64, within: Duration, what: &str) {
+    let got = eventually(within, || async {
+        (stored_orders(app, voucher).await? >= n).then_some(())
+    })
+    .await;
+    assert!(
+        got.is_some(),
+        "{what}: {n} orders stored within {within:?}, have {:?}",
+        stored_orders(app, voucher).await
+    );
+}
