@@ -49,9 +49,31 @@ pub struct Identity {
 pub struct Verified {
     pub run_id: Arc<str>,
     pub epoch: i64,
-    /// The epoch is recorded for this server, but its sales are still being
-    /// repaired: counters (whose keys carry the epoch) may be used, sales may not.
+    /// The epoch is recorded for this server, but sales are still being repaired:
+    /// counters (whose keys carry the epoch) may be used, the sales in `scope`
+    /// may not.
     pub repairing: bool,
+    /// While `repairing`: the sales under repair, sorted (`None`: every sale). The
+    /// others keep selling (a repair touches only the sales on the masters that
+    /// changed, see `crate::epoch`).
+    pub scope: Option<Arc<[i64]>>,
+}
+
+impl Verified {
+    /// Trusted at `epoch`, nothing under repair.
+    pub fn settled(run_id: Arc<str>, epoch: i64) -> Self {
+        Self {
+            run_id,
+            epoch,
+            repairing: false,
+            scope: None,
+        }
+    }
+
+    /// Whether `voucher`'s sale may be written (sold, returned, moved, relayed).
+    pub fn sells(&self, voucher: i64) -> bool {
+        !self.repairing || self.scope.as_ref().is_some_and(|s| s.binary_search(&voucher).is_err())
+    }
 }
 
 impl Identity {
@@ -430,6 +452,30 @@ impl Redis {
         })
     }
 
+    /// Like [`Redis::verified`], for one sale: also during a repair that does not
+    /// touch it.
+    pub async fn verified_for(&self, voucher: i64) -> Result<Option<(Conn, i64)>, RedisError> {
+        let c = self.current_conn().await?;
+        Ok(match self.identity.get() {
+            Some(v) if v.sells(voucher) && v.run_id == c.run_id => Some((c, v.epoch)),
+            _ => None,
+        })
+    }
+
+    /// Like [`Redis::verified`], but also during a repair: the connection, the
+    /// epoch, and the sales under repair (`None` when none is; a scope of every
+    /// sale when every sale is). For a caller that serves many sales at once.
+    pub async fn serving(&self) -> Result<Option<(Conn, i64, Option<Verified>)>, RedisError> {
+        let c = self.current_conn().await?;
+        Ok(match self.identity.get() {
+            Some(v) if v.run_id == c.run_id => {
+                let epoch = v.epoch;
+                Some((c, epoch, v.repairing.then_some(v)))
+            }
+            _ => None,
+        })
+    }
+
     /// Like [`Redis::verified`], but also during a repair: for counters, whose keys
     /// carry the epoch, so that values issued by a server that went back are never
     /// issued again.
@@ -523,6 +569,22 @@ impl Redis {
                 }
                 Ok(now)
             }
+        }
+    }
+}
+
+/// A master's identity (`run_id/master_replid`) and its slot ranges (inclusive).
+pub type MasterSlots = (String, Vec<(u16, u16)>);
+
+impl Redis {
+    /// Every master's identity (`run_id/master_replid`) with its slot ranges, read
+    /// from each master; `None` on a single node (it has no slots: a change of it
+    /// is a change of every sale).
+    pub async fn masters_by_slot(&self) -> Result<Option<Vec<MasterSlots>>, RedisError> {
+        let c = self.conn().await?;
+        match c.inner.clone() {
+            Link::Node(_) => Ok(None),
+            Link::Cluster(mut inner) => Ok(Some(c.watch(cluster_identity::by_master(&mut inner).await, |_| false)?)),
         }
     }
 }

@@ -25,14 +25,15 @@ use std::time::{Duration, Instant};
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
 impl EpochGuard {
-    /// Returns once every order of an intent older than `epoch` is stored or in an
-    /// outbox.
-    pub(super) async fn barrier(&self, epoch: i64) -> Result<()> {
+    /// Returns once every order of an intent older than `epoch` of a sale in
+    /// `scope` (`None`: any sale) is stored or in an outbox. The other sales are not
+    /// rebuilt: what their Redis state counts stands.
+    pub(super) async fn barrier(&self, epoch: i64, scope: Option<&[i64]>) -> Result<()> {
         let started = Instant::now();
         let mut last_log: Option<Instant> = None;
         let mut last_recorded: Option<usize> = None;
         loop {
-            let waiting = self.published_and_unstored(epoch).await?;
+            let waiting = self.published_and_unstored(epoch, scope).await?;
             if last_recorded != Some(waiting.len()) {
                 self.record_waiting(epoch, &waiting).await?;
                 last_recorded = Some(waiting.len());
@@ -49,12 +50,18 @@ impl EpochGuard {
             }
             if self.abandoned(epoch).await? {
                 // Given up for good: no later repair waits for them again.
-                sqlx::query("DELETE FROM relay_intents WHERE namespace = $1 AND epoch < $2")
-                    .bind(self.namespace())
-                    .bind(epoch)
-                    .execute(&self.pg)
-                    .await
-                    .context("forgetting the abandoned intents")?;
+                // (An intent that also names sales outside the scope stays: a later
+                // repair of those sales waits for its orders again.)
+                sqlx::query(
+                    "DELETE FROM relay_intents WHERE namespace = $1 AND epoch < $2
+                        AND ($3::bigint[] IS NULL OR voucher_ids <@ $3)",
+                )
+                .bind(self.namespace())
+                .bind(epoch)
+                .bind(scope)
+                .execute(&self.pg)
+                .await
+                .context("forgetting the abandoned intents")?;
                 tracing::error!(
                     epoch,
                     orders = waiting.len(),
@@ -82,9 +89,10 @@ impl EpochGuard {
         }
     }
 
-    /// Orders of intents older than `epoch` in neither Postgres nor their outbox.
-    async fn published_and_unstored(&self, epoch: i64) -> Result<Vec<i64>> {
-        let unstored = intent::unstored_before(&self.pg, self.namespace(), epoch).await?;
+    /// Orders of sales in `scope` of intents older than `epoch` in neither Postgres
+    /// nor their outbox.
+    async fn published_and_unstored(&self, epoch: i64, scope: Option<&[i64]>) -> Result<Vec<i64>> {
+        let unstored = intent::unstored_before(&self.pg, self.namespace(), epoch, scope).await?;
         if unstored.is_empty() {
             return Ok(Vec::new());
         }

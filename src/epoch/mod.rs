@@ -41,6 +41,10 @@
 //! else: it stops selling (503), and one process at a time (a Postgres advisory
 //! lock, which does not live in the Redis being repaired) repairs:
 //!
+//! 0. decides which sales to repair (`scope.rs`): on a cluster only those with a
+//!    shard on a master whose identity changed, plus any missing a stock key; the
+//!    others sell on through the repair (`Verified::scope`, `repair_scope`), and
+//!    every step below concerns only the repaired sales;
 //! 1. takes a new epoch in Postgres for this server, marked `repairing` (counters,
 //!    whose keys carry the epoch, restart from their durable marks at once);
 //! 2. waits until every order a relay published, or was about to, before that
@@ -64,6 +68,7 @@ mod clock;
 mod durability;
 mod repair;
 mod restore;
+mod scope;
 
 pub use durability::{durability, Durability};
 pub use restore::read_outbox;
@@ -92,11 +97,27 @@ pub struct EpochRow {
     pub repairing: bool,
     /// The highest Redis clock recorded in this epoch (0 if none yet).
     pub clock: i64,
+    /// While `repairing`: the sales under repair (`None`: every sale).
+    pub repair_scope: Option<Vec<i64>>,
+}
+
+/// What one check found.
+struct Checked {
+    /// Postgres and Redis agree.
+    healthy: bool,
+    /// The node's run id, or every master's of a cluster.
+    run_id: Arc<str>,
+    /// The epoch row, unless Redis went back within that epoch.
+    row: Option<EpochRow>,
+    /// Sales with a shard's stock key missing (of the shards read).
+    missing: Vec<i64>,
+    /// Whether the marker names the row's epoch and the clock is not behind.
+    marker_intact: bool,
 }
 
 pub async fn read_row(pg: &PgPool, namespace: &str) -> Result<Option<EpochRow>> {
     sqlx::query_as(
-        "SELECT e.epoch, e.server, e.repairing, COALESCE(c.clock, 0) AS clock
+        "SELECT e.epoch, e.server, e.repairing, COALESCE(c.clock, 0) AS clock, e.repair_scope
            FROM redis_epochs e
            LEFT JOIN redis_clocks c ON c.namespace = e.namespace AND c.epoch = e.epoch
           WHERE e.namespace = $1",
@@ -167,7 +188,9 @@ impl EpochGuard {
     /// One check, of every shard's stock key or only of shard 0's (see `check`).
     async fn check_and_repair_reading(&self, every_shard: bool) -> Result<()> {
         let identity = self.redis.identity().clone();
-        let (healthy, run_id, row) = match self.check(every_shard).await {
+        let Checked {
+            healthy, run_id, row, ..
+        } = match self.check(every_shard).await {
             Ok(x) => x,
             Err(e) => {
                 // Cannot tell (Postgres or Redis unreachable). A verification stands
@@ -180,11 +203,7 @@ impl EpochGuard {
         };
         if healthy {
             let row = row.expect("healthy implies a row");
-            let v = Verified {
-                run_id,
-                epoch: row.epoch,
-                repairing: false,
-            };
+            let v = Verified::settled(run_id, row.epoch);
             if identity.get().as_ref() != Some(&v) {
                 tracing::info!(epoch = v.epoch, run_id = %v.run_id, "Redis verified");
                 identity.set(Some(v));
@@ -195,10 +214,12 @@ impl EpochGuard {
         // Not healthy: no sales from this server until it is repaired. Counters may
         // go on where Postgres already gave this server an epoch (and it did not
         // go back within it: then `check` returns no row).
+        // A repair under way of some sales only: the others go on.
         identity.set(row.filter(|r| *r.server == *run_id).map(|r| Verified {
             run_id: run_id.clone(),
             epoch: r.epoch,
             repairing: true,
+            scope: r.repairing.then(|| r.repair_scope.map(Into::into)).flatten(),
         }));
         self.metrics.redis_repairing.set(1);
         self.repair().await
@@ -207,7 +228,7 @@ impl EpochGuard {
     /// Whether Postgres and Redis agree; the server's run id; the epoch row, unless
     /// Redis went back within that epoch (its clock is behind): then its counters,
     /// whose keys carry the epoch, went back too, and nothing may use that epoch.
-    async fn check(&self, every_shard: bool) -> Result<(bool, Arc<str>, Option<EpochRow>)> {
+    async fn check(&self, every_shard: bool) -> Result<Checked> {
         // The node's run_id, or every master's of a cluster, as they are now.
         let run_id = self.redis.current_identity().await?;
         let mut conn = self.redis.conn().await?;
@@ -247,13 +268,26 @@ impl EpochGuard {
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
         let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();
         let tick = clock::read_tick(&reply[1])?;
-        let stocks_present = reply[2..]
+        let mut missing: Vec<i64> = reply[2..]
             .iter()
-            .all(|v| redis::from_redis_value_ref::<bool>(v).unwrap_or(false));
+            .zip(&live)
+            .filter(|(v, _)| !redis::from_redis_value_ref::<bool>(v).unwrap_or(false))
+            .map(|(_, (voucher, _, _))| *voucher)
+            .collect();
+        missing.dedup();
+        // During a repair that has not finished the marker still names the last
+        // finished epoch: then it is intact if present.
+        let marker_intact = row.as_ref().is_some_and(|r| {
+            if r.repairing {
+                marker.is_some()
+            } else {
+                marker == Some(r.epoch)
+            }
+        }) && tick.advanced;
         let healthy = row
             .as_ref()
             .is_some_and(|r| !r.repairing && *r.server == *run_id && marker == Some(r.epoch))
-            && stocks_present
+            && missing.is_empty()
             && tick.advanced;
         let went_back = row.as_ref().is_some_and(|r| !r.repairing && !tick.advanced);
         if let Some(r) = row.as_ref().filter(|_| went_back) {
@@ -276,6 +310,12 @@ impl EpochGuard {
             }
             *self.durability.write().expect("durability poisoned") = Some(d);
         }
-        Ok((healthy, run_id, row.filter(|_| !went_back)))
+        Ok(Checked {
+            healthy,
+            run_id,
+            row: row.filter(|_| !went_back),
+            missing,
+            marker_intact,
+        })
     }
 }

@@ -1,7 +1,7 @@
 //! The repair: one process at a time takes a new epoch, waits until every order
 //! published before it is stored (the barrier), and rewrites every sale (see the
 //! module above).
-use super::{read_row, EpochGuard};
+use super::{read_row, scope, Checked, EpochGuard, EpochRow};
 use crate::redis_conn::Verified;
 use crate::voucher::stock::{self, Event};
 use anyhow::{bail, Context, Result};
@@ -34,24 +34,35 @@ impl EpochGuard {
 
     async fn repair_locked(&self, lock: &mut sqlx::PgConnection) -> Result<()> {
         // Someone may have finished while we waited for the lock.
-        let (healthy, run_id, _) = self.check(true).await?;
-        if healthy {
+        let checked = self.check(true).await?;
+        if checked.healthy {
             return Ok(());
         }
-        let first = read_row(&self.pg, self.namespace()).await?.is_none();
+        let run_id = checked.run_id.clone();
+        let previous = read_row(&self.pg, self.namespace()).await?;
+        let first = previous.is_none();
+        let known: Vec<(i64, i32)> = sqlx::query_as(&format!(
+            "SELECT voucher_id, stock_shards FROM seckill_vouchers
+              WHERE end_at > now() - interval '{KEEP_ENDED}' ORDER BY voucher_id"
+        ))
+        .fetch_all(&mut *lock)
+        .await?;
+        let scope = self.scope_of(&checked, previous.as_ref(), &known).await?;
         // Taking the row exclusively waits for every relay's intent transaction (they
         // hold it shared); once this commits, no relay can record an intent of an
-        // older epoch, so the barrier's set is complete.
+        // older epoch, nor one of a sale in the scope, so the barrier's set is complete.
         let (epoch, started_at): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
-            "INSERT INTO redis_epochs (namespace, epoch, server, repairing, repair_started_at)
-             VALUES ($1, 1, $2, true, now())
+            "INSERT INTO redis_epochs (namespace, epoch, server, repairing, repair_started_at, repair_scope)
+             VALUES ($1, 1, $2, true, now(), $3)
              ON CONFLICT (namespace) DO UPDATE
                SET epoch = redis_epochs.epoch + 1, server = EXCLUDED.server, repairing = true, updated_at = now(),
-                   repair_started_at = now(), repair_waiting = 0, repair_reason = NULL
+                   repair_started_at = now(), repair_waiting = 0, repair_reason = NULL,
+                   repair_scope = EXCLUDED.repair_scope
              RETURNING epoch, repair_started_at",
         )
         .bind(self.namespace())
         .bind(&*run_id)
+        .bind(&scope)
         .fetch_one(&mut *lock)
         .await
         .context("taking a new Redis epoch")?;
@@ -59,21 +70,23 @@ impl EpochGuard {
             run_id: run_id.clone(),
             epoch,
             repairing: true,
+            scope: scope.clone().map(Into::into),
         }));
+        let sales: Vec<i64> = match &scope {
+            Some(s) => s.clone(),
+            None => known.iter().map(|(v, _)| *v).collect(),
+        };
         tracing::warn!(
             epoch,
             run_id = %run_id,
+            sales = ?&sales[..sales.len().min(50)],
+            every_sale = scope.is_none(),
             "Redis may have gone back in time (new server, missing epoch marker or lost sale state): \
-             orders refused with 503 until every sale is repaired from Postgres"
+             orders of these sales refused with 503 until they are repaired from Postgres"
         );
-        let sales: Vec<i64> = sqlx::query_scalar(&format!(
-            "SELECT voucher_id FROM seckill_vouchers WHERE end_at > now() - interval '{KEEP_ENDED}' ORDER BY voucher_id"
-        ))
-        .fetch_all(&mut *lock)
-        .await?;
         self.close_sales(epoch, &sales).await?;
         if !(first && sales.is_empty()) {
-            self.barrier(epoch).await?;
+            self.barrier(epoch, scope.as_deref()).await?;
         }
         // One transaction per sale, each holding only that sale's row (as the worker
         // and cancellations take it): no transaction holds every voucher row, and
@@ -133,18 +146,16 @@ impl EpochGuard {
             .context("writing the epoch marker")?;
         sqlx::query(
             "UPDATE redis_epochs SET repairing = false, updated_at = now(), repair_started_at = NULL,
-                    repair_waiting = 0, repair_reason = NULL
+                    repair_waiting = 0, repair_reason = NULL, repair_scope = NULL
               WHERE namespace = $1",
         )
         .bind(self.namespace())
         .execute(&mut *tx)
         .await?;
         tx.commit().await.context("committing the repair")?;
-        self.redis.identity().set(Some(Verified {
-            run_id: run_id.clone(),
-            epoch,
-            repairing: false,
-        }));
+        self.redis
+            .identity()
+            .set(Some(Verified::settled(run_id.clone(), epoch)));
         self.metrics.redis_repairs.inc();
         self.metrics.redis_repairing.set(0);
         let closed = (chrono::Utc::now() - started_at).to_std().unwrap_or_default();
@@ -170,5 +181,46 @@ impl EpochGuard {
             "Redis repaired from Postgres; selling again"
         );
         Ok(())
+    }
+
+    /// The sales this repair closes and rebuilds (`None`: every sale): see
+    /// `scope.rs`. A repair that did not finish left its sales closed: they stay in.
+    async fn scope_of(
+        &self,
+        checked: &Checked,
+        previous: Option<&EpochRow>,
+        known: &[(i64, i32)],
+    ) -> Result<Option<Vec<i64>>> {
+        let Some(previous) = previous else { return Ok(None) };
+        let masters = self.redis.masters_by_slot().await?;
+        if let Some(m) = &masters {
+            let mut ids: Vec<&str> = m.iter().map(|(id, _)| id.as_str()).collect();
+            ids.sort_unstable();
+            if ids.join(",") != *checked.run_id {
+                bail!("the masters of the Redis Cluster changed while the repair read them");
+            }
+        }
+        let slots: Vec<(i64, Vec<u16>)> = known
+            .iter()
+            .map(|(v, n)| {
+                let n = (*n).max(1) as u32;
+                let slots = (0..n).map(|k| crate::keys::slot(self.keys.stock_at(*v, k, n).as_bytes()));
+                (*v, slots.collect())
+            })
+            .collect();
+        let change = scope::Change {
+            vouched: &previous.server,
+            now: &checked.run_id,
+            masters: masters.as_deref(),
+            missing: &checked.missing,
+            marker_slot: crate::keys::slot(self.keys.epoch().as_bytes()),
+            marker_intact: checked.marker_intact,
+        };
+        let now = scope::sales_to_repair(&change, &slots);
+        Ok(if previous.repairing {
+            scope::union(now, previous.repair_scope.clone())
+        } else {
+            now
+        })
     }
 }

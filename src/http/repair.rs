@@ -77,6 +77,10 @@ pub struct RedisState {
     pub repair_waiting_orders: i32,
     /// Why the repair waits, in words; null when it does not.
     pub repair_reason: Option<String>,
+    /// The sales the repair under way has closed and rebuilds (on a Redis Cluster,
+    /// those with a shard on a master that changed); null when every sale is, or
+    /// when no repair is under way. The others keep selling.
+    pub repair_sales: Option<Vec<i64>>,
     /// What this process thinks of the server it talks to: `verified`,
     /// `repairing` or `unverified`.
     pub this_process: String,
@@ -92,6 +96,7 @@ struct EpochRow {
     repair_started_at: Option<DateTime<Utc>>,
     repair_waiting: i32,
     repair_reason: Option<String>,
+    repair_scope: Option<Vec<i64>>,
 }
 
 #[derive(Serialize, ToSchema, sqlx::FromRow)]
@@ -108,7 +113,7 @@ pub struct WorkerSeen {
 pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<web::Json<RedisState>, ApiError> {
     let ns = state.keys.namespace();
     let row: Option<EpochRow> = sqlx::query_as(
-        "SELECT epoch, repairing, repair_started_at, repair_waiting, repair_reason
+        "SELECT epoch, repairing, repair_started_at, repair_waiting, repair_reason, repair_scope
            FROM redis_epochs WHERE namespace = $1",
     )
     .bind(ns)
@@ -126,6 +131,7 @@ pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<we
         repair_started_at,
         repair_waiting,
         repair_reason,
+        repair_scope,
     } = row.unwrap_or_default();
     let this_process = match state.redis.identity().get() {
         Some(v) if !v.repairing => "verified",
@@ -139,6 +145,7 @@ pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<we
         repair_started_at,
         repair_waiting_orders: repair_waiting,
         repair_reason,
+        repair_sales: repair_scope.filter(|_| repairing),
         this_process,
         workers,
     }))

@@ -222,7 +222,7 @@ impl OrderDesk {
         if known_sold_out {
             return Err(Refusal::SoldOut);
         }
-        if self.redis.identity().get().is_none_or(|v| v.repairing) {
+        if self.redis.identity().get().is_none_or(|v| !v.sells(voucher_id)) {
             // Redis may have gone back in time: no id, no order until it is repaired.
             return Err(unavailable(
                 "this sale is temporarily unavailable while its state is checked",
@@ -368,7 +368,7 @@ impl OrderDesk {
             }
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
-        let Some((mut conn, _epoch)) = redis.verified().await? else {
+        let Some((mut conn, _epoch)) = redis.verified_for(voucher_id).await? else {
             return Ok(Reservation::Unverified);
         };
         let _timer = self.metrics.reserve_seconds.start_timer();

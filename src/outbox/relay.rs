@@ -166,18 +166,25 @@ impl Relay {
                 self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        let streams: Vec<String> = self.outboxes().await;
-        if streams.is_empty() {
-            keep_pending();
-            return Ok(0);
-        }
+        let mut streams: Vec<String> = self.outboxes().await;
         // Only from a server whose state Postgres vouches for: while a repair is due
-        // or under way the outboxes stay as they are, for the repair to read.
-        let Some((mut conn, epoch)) = self.redis.verified().await? else {
+        // or under way the outboxes of its sales stay as they are, for it to read.
+        let verified = self.redis.serving().await?;
+        let Some((mut conn, epoch, repair)) = verified.filter(|(_, _, r)| r.as_ref().is_none_or(|r| r.scope.is_some()))
+        else {
             keep_pending();
             tokio::time::sleep(Duration::from_millis(BLOCK_MS)).await;
             return Ok(0);
         };
+        let sells = |voucher: i64| repair.as_ref().is_none_or(|r| r.sells(voucher));
+        if let Some(closed) = repair.as_ref().and_then(|r| r.scope.clone()) {
+            let closed = self.outboxes_of(&closed);
+            streams.retain(|s| !closed.contains(s));
+        }
+        if streams.is_empty() {
+            keep_pending();
+            return Ok(0);
+        }
         let reply = self.read(&mut conn, &streams, read).await?;
         let Some(reply) = reply else { return Ok(0) };
         let mut orders = Vec::new();
@@ -185,6 +192,12 @@ impl Relay {
         for stream in reply.keys {
             for entry in stream.ids {
                 match parse_entry(&entry, epoch) {
+                    // A sale under repair (its stream read through the registry):
+                    // the entry stays pending, for the repair to read.
+                    Some(o) if !sells(o.voucher_id) => {
+                        self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                        continue;
+                    }
                     Some(o) => orders.push(o),
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
@@ -252,6 +265,20 @@ impl Relay {
     /// The outboxes (voucher, shard) this relay reads: every shard of the flash sales
     /// in the voucher cache and those in Redis's registry of outboxes, so that orders
     /// keep flowing even while the cache is empty (Postgres unreachable since start-up).
+    /// The outbox streams of `sales` (as the cache knows their shards).
+    fn outboxes_of(&self, sales: &[i64]) -> std::collections::HashSet<String> {
+        self.cache
+            .flash_sales()
+            .iter()
+            .filter(|e| sales.binary_search(&e.voucher.id).is_ok())
+            .flat_map(|e| {
+                let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
+                let id = e.voucher.id;
+                (0..shards).map(move |k| self.keys.outbox_at(id, k, shards))
+            })
+            .collect()
+    }
+
     async fn outboxes(&self) -> Vec<Outbox> {
         let mut ids: Vec<Outbox> = self
             .cache

@@ -157,6 +157,28 @@ async fn one_by_one(c: &mut ClusterConnection, masters: &Masters) -> Result<Read
     })
 }
 
+/// Every master's identity with its slot ranges, each read from the master itself:
+/// what a repair needs to place a change (see `crate::epoch::scope`). Fails if a
+/// master does not answer for its own slots: the change cannot be placed yet.
+pub(super) async fn by_master(c: &mut ClusterConnection) -> Result<Vec<super::MasterSlots>, RedisError> {
+    let slots = any_master(c, redis::cmd("CLUSTER").arg("SLOTS").to_owned()).await?;
+    let map = masters_of(slots)?;
+    let answers = futures::future::join_all(map.iter().map(|m| probe(c.clone(), m.ranges[0].0))).await;
+    let mut out = Vec::with_capacity(map.len());
+    for (m, answer) in map.into_iter().zip(answers) {
+        match answer? {
+            (node, info) if node == m.id => out.push((identity_of(&info)?, m.ranges)),
+            (node, _) => {
+                return Err(cluster_down(&format!(
+                    "node {node} answered for the slots of master {} at {}",
+                    m.id, m.addr
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `CLUSTER MYID` and `INFO` of the node the client sends `slot`'s commands to.
 async fn probe(mut c: ClusterConnection, slot: u16) -> Result<(String, String), RedisError> {
     let mut p = redis::pipe();

@@ -57,7 +57,7 @@ pub enum Refill {
 /// completes the moves in transit if there are any, else moves half of the
 /// richest shard's stock (at least 1).
 pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u32) -> Result<Refill> {
-    let Some((mut conn, epoch)) = redis.verified().await? else {
+    let Some((mut conn, epoch)) = redis.verified_for(voucher).await? else {
         return Ok(Refill::Unverified);
     };
     let lease = keys.refill_lease(voucher);

@@ -100,16 +100,20 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
         return Ok(true);
     };
     let shards = repo::shards(&mut *tx, t.voucher_id).await?;
-    // The newest repair Postgres has committed (none yet: 0).
-    let (epoch, repairing): (i64, bool) =
-        sqlx::query_as("SELECT epoch, repairing FROM redis_epochs WHERE namespace = $1")
-            .bind(keys.namespace())
-            .fetch_optional(&mut *tx)
-            .await
-            .context("reading the Redis epoch")?
-            .unwrap_or((0, false));
+    // The newest repair Postgres has committed (none yet: 0), and whether one under
+    // way rebuilds this sale (a repair of other sales only does not stop it).
+    let (epoch, repairing): (i64, bool) = sqlx::query_as(
+        "SELECT epoch, repairing AND (repair_scope IS NULL OR $2 = ANY(repair_scope))
+           FROM redis_epochs WHERE namespace = $1",
+    )
+    .bind(keys.namespace())
+    .bind(t.voucher_id)
+    .fetch_optional(&mut *tx)
+    .await
+    .context("reading the Redis epoch")?
+    .unwrap_or((0, false));
     if repairing {
-        tracing::warn!(top_up = id, "Redis is being repaired; the top-up stays pending");
+        tracing::warn!(top_up = id, "the sale is being repaired; the top-up stays pending");
         return Ok(false);
     }
     let mut conn = redis.conn().await?;

@@ -34,6 +34,7 @@ mod readiness;
 mod repair;
 mod replication;
 mod rollback;
+mod scoped;
 mod sequences;
 mod shards;
 mod topups;

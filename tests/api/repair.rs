@@ -189,11 +189,7 @@ async fn counters_of_two_epochs_on_one_server_never_overlap() {
     let counter_at = |e: i64| async move {
         let redis = test_redis();
         let run_id = redis.conn().await.unwrap().run_id().clone();
-        redis.identity().set(Some(Verified {
-            run_id,
-            epoch: e,
-            repairing: false,
-        }));
+        redis.identity().set(Some(Verified::settled(run_id, e)));
         DurableCounter::new(redis, state.background_pg.clone(), state.keys.clone())
     };
     let old = counter_at(epoch).await;

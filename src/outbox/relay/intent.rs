@@ -18,9 +18,10 @@ use sqlx::PgPool;
 use crate::order::OrderMsg;
 
 /// Records `orders`, read in `epoch`, as about to be published; returns the intent's
-/// id (the message carries it). `None` when the epoch moved on or a repair is under
-/// way: the relay must not publish them (they stay pending in the outbox, for the
-/// repair to read and for a later round).
+/// id (the message carries it). `None` when the epoch moved on or a repair of one of
+/// their sales is under way: the relay must not publish them (they stay pending in
+/// the outbox, for the repair to read and for a later round). A repair of other
+/// sales only (`repair_scope`) does not stop them.
 pub async fn record(pg: &PgPool, namespace: &str, epoch: i64, orders: &[OrderMsg]) -> Result<Option<i64>> {
     let vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
     let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
@@ -28,7 +29,8 @@ pub async fn record(pg: &PgPool, namespace: &str, epoch: i64, orders: &[OrderMsg
     sqlx::query_scalar(
         "INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids)
          SELECT e.namespace, e.epoch, $3, $4 FROM redis_epochs e
-          WHERE e.namespace = $1 AND e.epoch = $2 AND NOT e.repairing
+          WHERE e.namespace = $1 AND e.epoch = $2
+            AND (NOT e.repairing OR (e.repair_scope IS NOT NULL AND NOT e.repair_scope && $3))
             FOR SHARE
          RETURNING id",
     )
@@ -73,18 +75,26 @@ pub async fn sweep(pg: &PgPool, namespace: &str) -> Result<u64> {
     .rows_affected())
 }
 
-/// The orders of intents older than `epoch` that are not in `voucher_orders`, with
-/// their vouchers: published (or about to be) and not stored yet.
-pub async fn unstored_before(pg: &PgPool, namespace: &str, epoch: i64) -> Result<Vec<(i64, i64)>> {
+/// The orders of sales in `scope` (`None`: any) of intents older than `epoch` that
+/// are not in `voucher_orders`, with their vouchers: published (or about to be) and
+/// not stored yet.
+pub async fn unstored_before(
+    pg: &PgPool,
+    namespace: &str,
+    epoch: i64,
+    scope: Option<&[i64]>,
+) -> Result<Vec<(i64, i64)>> {
     sqlx::query_as(
         "SELECT DISTINCT x.id, x.voucher_id
            FROM relay_intents i, unnest(i.order_ids, i.voucher_ids) AS x(id, voucher_id)
           WHERE i.namespace = $1 AND i.epoch < $2
+            AND ($3::bigint[] IS NULL OR x.voucher_id = ANY($3))
             AND NOT EXISTS (SELECT 1 FROM voucher_orders o WHERE o.id = x.id)
             AND NOT EXISTS (SELECT 1 FROM voucher_orders o WHERE o.issued_id = x.id)",
     )
     .bind(namespace)
     .bind(epoch)
+    .bind(scope)
     .fetch_all(pg)
     .await
     .context("reading the orders relayed and not stored")

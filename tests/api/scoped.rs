@@ -1,0 +1,303 @@
+//! A repair touches only what changed (issue 19: "scoped"): on a Redis Cluster a
+//! failover of one master closes only the sales with a shard on it, and a sale whose
+//! state alone was lost is repaired alone. The other sales keep answering 202 and
+//! their orders keep reaching RabbitMQ while the repair waits. Each test holds the
+//! repair open with a frozen worker process that holds orders of the repaired sale
+//! (the barrier waits for them), so that "while the repair is under way" is a fact
+//! the test sees, not a guess about timing.
+use crate::fixtures::{signal, spawn_worker_binary, OwnCluster};
+use crate::helpers::*;
+use reqwest::StatusCode;
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// The admin view of the Redis epoch.
+async fn redis_state(app: &TestApp) -> serde_json::Value {
+    let (status, state) = app.get("/api/v1/admin/redis", Some(&app.admin())).await;
+    assert_eq!(status, StatusCode::OK, "{state}");
+    state
+}
+
+/// Until the admin view shows a repair of exactly `sales` (30 s at most), orders
+/// of `other` from new shoppers; then, while it still shows it, `n` more. Returns
+/// the statuses of those `n` (the others' are only counted for 500s) and the
+/// repair's epoch.
+async fn other_sells_during_repair(app: &TestApp, sales: &[i64], other: i64, n: usize) -> (BTreeMap<u16, usize>, i64) {
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut user = 100_000;
+    let epoch = loop {
+        let state = redis_state(app).await;
+        if state["repairing"] == true && state["repair_sales"] == serde_json::json!(sales) {
+            break state["epoch"].as_i64().unwrap();
+        }
+        assert!(
+            Instant::now() < until,
+            "a repair of exactly {sales:?} within 30 s: {state}"
+        );
+        user += 1;
+        let (status, body) = app.order(other, user).await;
+        assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut during = BTreeMap::new();
+    for _ in 0..n {
+        user += 1;
+        let (status, body) = app.order(other, user).await;
+        assert_ne!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        *during.entry(status.as_u16()).or_default() += 1;
+    }
+    let state = redis_state(app).await;
+    assert_eq!(
+        state["repair_sales"],
+        serde_json::json!(sales),
+        "still under repair: {state}"
+    );
+    (during, epoch)
+}
+
+/// Orders of `voucher` in intents recorded in `epoch`: published during the repair.
+async fn relayed_in(app: &TestApp, ns: &Namespace, epoch: i64, voucher: i64) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM relay_intents i, unnest(i.voucher_ids) AS v(id)
+          WHERE i.namespace = $1 AND i.epoch = $2 AND v.id = $3",
+    )
+    .bind(ns.keys().namespace())
+    .bind(epoch)
+    .bind(voucher)
+    .fetch_one(app.pg())
+    .await
+    .unwrap()
+}
+
+/// The repaired sale after the worker is back: sells again, sells no earlier buyer
+/// twice, takes exactly the rest; every acknowledged order stored once, nothing
+/// failed, no number twice, Postgres stock 0, the audit balanced.
+async fn repaired_sale_sells_the_rest(app: &TestApp, v: i64, stock: i64, bought: &HashSet<i64>, scenario: &str) {
+    assert_eq!(
+        selling_again(app, v, 1).await.0,
+        StatusCode::CONFLICT,
+        "shopper 1 bought before"
+    );
+    let buyers = bought.len() as i64;
+    let twice = accepted(&wave(app, v, 1..=buyers).await);
+    assert!(twice.is_empty(), "{scenario}: shoppers sold twice: {twice:?}");
+    let rest = accepted(&wave(app, v, 10_000..10_000 + 2 * stock).await);
+    assert_eq!(rest.len() as i64, stock - buyers, "{scenario}: exactly the rest");
+    let all: HashSet<i64> = bought.iter().chain(rest.values()).copied().collect();
+    wait_stored(app, v, stock, Duration::from_secs(30), scenario).await;
+    let rows: Vec<(i64, String, Option<String>)> =
+        sqlx::query_as("SELECT id, status, order_no FROM voucher_orders WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<HashSet<_>>(),
+        all,
+        "{scenario}: the acknowledged orders"
+    );
+    assert!(
+        rows.iter().all(|r| r.1 == "created"),
+        "{scenario}: nothing failed: {rows:?}"
+    );
+    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.2.as_deref()).collect();
+    assert_eq!(numbers.len() as i64, stock, "{scenario}: no business number twice");
+    let left: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "{scenario}: persisted + remaining = stock");
+    assert_balanced(app, v).await;
+}
+
+/// The sale that kept selling: every order it acknowledged is stored, none failed,
+/// its books balance.
+async fn other_sale_whole(app: &TestApp, v: i64, scenario: &str) {
+    let accepted: i64 = app.stats(v).await["orders_accepted"].as_i64().unwrap_or(-1);
+    wait_stored(app, v, accepted, Duration::from_secs(30), scenario).await;
+    let failed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND status <> 'created'")
+            .bind(v)
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(failed, 0, "{scenario}: nothing of the other sale failed");
+    assert_balanced(app, v).await;
+}
+
+/// Waits until the relay published `v`'s orders (its outbox is empty): with the
+/// worker frozen, they are then in RabbitMQ or the worker's hands only.
+async fn relayed(app: &TestApp, ns: &Namespace, v: i64) {
+    let (conn, outbox) = (app.redis().await, ns.keys().outbox(v));
+    eventually(Duration::from_secs(10), || {
+        let (mut conn, outbox) = (conn.clone(), outbox.clone());
+        async move {
+            let n: i64 = redis::cmd("XLEN").arg(&outbox).query_async(&mut conn).await.ok()?;
+            (n == 0).then_some(())
+        }
+    })
+    .await
+    .expect("the relay published the orders");
+}
+
+/// Waits until every replica of `master` is linked to it and holds all it wrote:
+/// a replica still in its first sync cannot be promoted.
+fn replicas_caught_up(cluster: &OwnCluster, master: u16) {
+    let field = |port: u16, name: &str| {
+        let info = cluster.on_node(port, &["INFO", "replication"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+            .unwrap_or_default()
+    };
+    let replicas = cluster.replicas_of(master);
+    assert!(!replicas.is_empty(), "the master has a replica");
+    let ok = crate::fixtures::wait_until(Duration::from_secs(20), || {
+        let offset: i64 = field(master, "master_repl_offset:").parse().unwrap_or(i64::MAX);
+        replicas.iter().all(|r| {
+            field(*r, "master_link_status:") == "up"
+                && field(*r, "slave_repl_offset:")
+                    .parse::<i64>()
+                    .is_ok_and(|o| o >= offset)
+        })
+    });
+    assert!(ok, "the replicas of {master} caught up");
+}
+
+/// Sells `users` of `v`, each accepted; their order ids.
+async fn sold(app: &TestApp, v: i64, users: std::ops::RangeInclusive<i64>) -> HashSet<i64> {
+    let n = users.clone().count();
+    let ids: HashSet<i64> = accepted(&wave(app, v, users).await).into_values().collect();
+    assert_eq!(ids.len(), n, "every shopper of the wave accepted");
+    ids
+}
+
+/// One sale's stock key lost (deleted) on a server that is otherwise intact, while
+/// a frozen worker holds that sale's first orders: the repair closes that sale
+/// alone; another sale answers 202 throughout and its orders are published during
+/// the repair. Then the first sale sells exactly its rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sale_that_lost_its_state_is_repaired_alone() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).worker(false).spawn().await;
+    let (lost, other) = (app.flash_sale(40).await, app.flash_sale(1000).await);
+    let mut env = vec![("REDIS_URL", redis_url())];
+    if let Some(seeds) = cluster_seeds() {
+        env = vec![("REDIS_URL", seeds), ("SECKILL_REDIS_CLUSTER", "true".into())];
+    }
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker = spawn_worker_binary(&ns, &env).await;
+    signal(&worker, "STOP");
+    let bought = sold(&app, lost, 1..=10).await;
+    sold(&app, other, 1..=10).await;
+    relayed(&app, &ns, lost).await;
+    let mut conn = app.redis().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(ns.keys().stock(lost))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The next order of the lost sale finds its stock missing and starts the repair.
+    let (status, body) = app.order(lost, 500).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let (during, epoch) = other_sells_during_repair(&app, &[lost], other, 30).await;
+    let (status, body) = app.order(lost, 501).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the lost sale is closed: {body}"
+    );
+    signal(&worker, "CONT");
+    println!("lost state: the other sale during the repair {during:?}");
+    assert_eq!(
+        during,
+        BTreeMap::from([(202, 30)]),
+        "the other sale sold throughout the repair"
+    );
+    assert!(
+        relayed_in(&app, &ns, epoch, other).await > 0,
+        "its orders were published during the repair"
+    );
+    repaired_sale_sells_the_rest(&app, lost, 40, &bought, "lost state").await;
+    other_sale_whole(&app, other, "lost state").await;
+    let mut worker = worker;
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
+
+/// On a Redis Cluster of the test's own, the master of one sale's keys is killed
+/// (-9) while a frozen worker holds that sale's orders; its replica takes over.
+/// The repair closes that sale alone and waits for the worker; a sale on another
+/// master answers 202 throughout the repair, and its orders are published during
+/// it. No 500 on either sale; the repaired sale then sells exactly its rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
+    let ns = Namespace::new().await;
+    let cluster = tokio::task::spawn_blocking(OwnCluster::start).await.unwrap();
+    cluster.on_every_node(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
+    let env = [
+        ("REDIS_URL", cluster.urls()),
+        ("SECKILL_REDIS_CLUSTER", "true".to_owned()),
+        ("SECKILL_TIME_ZONE", "UTC".to_owned()),
+    ];
+    let mut app = TestApp::builder(&ns).worker(false);
+    for (k, v) in &env {
+        app = app.env(k, v.clone());
+    }
+    let app = app.spawn().await;
+    // Whichever master holds the counters and the epoch marker: after the failover
+    // the repair's new epoch gives counters again, for every sale.
+    let keys = ns.keys();
+    let failing = app.flash_sale(300).await;
+    let master = cluster.master_of(&keys.stock(failing)).unwrap();
+    // Every sale on that master is under repair, and only those.
+    let (mut on_master, mut other) = (vec![failing], None);
+    for _ in 0..60 {
+        let v = app.flash_sale(300).await;
+        if cluster.master_of(&keys.stock(v)).unwrap() != master {
+            other = Some(v);
+            break;
+        }
+        on_master.push(v);
+    }
+    let other = other.unwrap();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker = spawn_worker_binary(&ns, &env).await;
+    signal(&worker, "STOP");
+    let bought = sold(&app, failing, 1..=10).await;
+    sold(&app, other, 1..=10).await;
+    relayed(&app, &ns, failing).await;
+    tokio::task::block_in_place(|| replicas_caught_up(&cluster, master));
+    let killed = Instant::now();
+    cluster.kill(master);
+    let (during, epoch) = other_sells_during_repair(&app, &on_master, other, 20).await;
+    let (status, body) = app.order(failing, 501).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the failed-over sale is closed: {body}"
+    );
+    println!(
+        "failover: repair of {on_master:?} seen {} ms after the kill; the other sale during it {during:?}",
+        killed.elapsed().as_millis()
+    );
+    assert_eq!(
+        during,
+        BTreeMap::from([(202, 20)]),
+        "the other master's sale sold throughout the repair"
+    );
+    assert!(
+        relayed_in(&app, &ns, epoch, other).await > 0,
+        "its orders were published during the repair"
+    );
+    signal(&worker, "CONT");
+    repaired_sale_sells_the_rest(&app, failing, 300, &bought, "failover").await;
+    println!(
+        "failover: the failed-over sale closed {} ms",
+        killed.elapsed().as_millis()
+    );
+    other_sale_whole(&app, other, "failover").await;
+    let mut worker = worker;
+    let _ = worker.kill();
+    let _ = worker.wait();
+}
