@@ -2,6 +2,7 @@
 //! loops it and reconnects to RabbitMQ after failures.
 mod claim;
 pub mod intent;
+mod outboxes;
 mod slots;
 
 use crate::broker::{publish_confirmed, Broker, ORDERS_ROUTING_KEY};
@@ -260,65 +261,6 @@ impl Relay {
         )
         .await
         .context("publishing an order batch")
-    }
-
-    /// The outboxes (voucher, shard) this relay reads: every shard of the flash sales
-    /// in the voucher cache and those in Redis's registry of outboxes, so that orders
-    /// keep flowing even while the cache is empty (Postgres unreachable since start-up).
-    /// The outbox streams of `sales` (as the cache knows their shards).
-    fn outboxes_of(&self, sales: &[i64]) -> std::collections::HashSet<String> {
-        self.cache
-            .flash_sales()
-            .iter()
-            .filter(|e| sales.binary_search(&e.voucher.id).is_ok())
-            .flat_map(|e| {
-                let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
-                let id = e.voucher.id;
-                (0..shards).map(move |k| self.keys.outbox_at(id, k, shards))
-            })
-            .collect()
-    }
-
-    async fn outboxes(&self) -> Vec<Outbox> {
-        let mut ids: Vec<Outbox> = self
-            .cache
-            .flash_sales()
-            .iter()
-            .flat_map(|e| {
-                let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
-                let id = e.voucher.id;
-                (0..shards).map(move |k| (id, k, shards))
-            })
-            .map(|(id, k, shards)| self.keys.outbox_at(id, k, shards))
-            .collect();
-        let stale = {
-            let registry = self.registry.lock().expect("registry poisoned");
-            ids.extend(registry.1.iter().cloned());
-            registry.0.is_none_or(|at| at.elapsed() >= REGISTRY_EVERY)
-        };
-        if stale {
-            let read: redis::RedisResult<Vec<String>> = async {
-                let mut conn = self.redis.conn().await?;
-                redis::cmd("SMEMBERS")
-                    .arg(self.keys.outboxes())
-                    .query_async(&mut conn)
-                    .await
-            }
-            .await;
-            let mut registry = self.registry.lock().expect("registry poisoned");
-            registry.0 = Some(Instant::now());
-            match read {
-                Ok(listed) => {
-                    let listed: Vec<Outbox> = listed.iter().filter_map(|m| self.keys.outbox_of_member(m)).collect();
-                    ids.extend(listed.iter().cloned());
-                    registry.1 = listed;
-                }
-                Err(e) => tracing::debug!(error = %e, "reading the registry of outboxes failed"),
-            }
-        }
-        ids.sort_unstable();
-        ids.dedup();
-        ids
     }
 }
 
