@@ -55,8 +55,26 @@ async fn other_sells_during_repair(app: &TestApp, sales: &[i64], other: i64, n: 
     (during, epoch)
 }
 
-/// Orders of `voucher` in intents recorded in `epoch`: published during the repair.
-async fn relayed_in(app: &TestApp, ns: &Namespace, epoch: i64, voucher: i64) -> i64 {
+/// The repair of `sales` is still under way (the frozen worker holds it open).
+async fn still_repairing(app: &TestApp, sales: &[i64]) {
+    let state = redis_state(app).await;
+    assert_eq!(state["repairing"], true, "{state}");
+    assert_eq!(state["repair_sales"], serde_json::json!(sales), "{state}");
+}
+
+/// Whether orders of `voucher` are in intents recorded in `epoch` (published
+/// during the repair) within 15 s: the relay publishes them a round or a check of
+/// its own after they were accepted.
+async fn relayed_in(app: &TestApp, ns: &Namespace, epoch: i64, voucher: i64) -> bool {
+    eventually(Duration::from_secs(15), || async {
+        (relayed_now(app, ns, epoch, voucher).await > 0).then_some(())
+    })
+    .await
+    .is_some()
+}
+
+/// Orders of `voucher` in intents recorded in `epoch`.
+async fn relayed_now(app: &TestApp, ns: &Namespace, epoch: i64, voucher: i64) -> i64 {
     sqlx::query_scalar(
         "SELECT count(*) FROM relay_intents i, unnest(i.voucher_ids) AS v(id)
           WHERE i.namespace = $1 AND i.epoch = $2 AND v.id = $3",
@@ -207,7 +225,6 @@ async fn a_sale_that_lost_its_state_is_repaired_alone() {
         StatusCode::SERVICE_UNAVAILABLE,
         "the lost sale is closed: {body}"
     );
-    signal(&worker, "CONT");
     println!("lost state: the other sale during the repair {during:?}");
     assert_eq!(
         during,
@@ -215,9 +232,11 @@ async fn a_sale_that_lost_its_state_is_repaired_alone() {
         "the other sale sold throughout the repair"
     );
     assert!(
-        relayed_in(&app, &ns, epoch, other).await > 0,
+        relayed_in(&app, &ns, epoch, other).await,
         "its orders were published during the repair"
     );
+    still_repairing(&app, &[lost]).await;
+    signal(&worker, "CONT");
     repaired_sale_sells_the_rest(&app, lost, 40, &bought, "lost state").await;
     other_sale_whole(&app, other, "lost state").await;
     let mut worker = worker;
@@ -287,9 +306,10 @@ async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
         "the other master's sale sold throughout the repair"
     );
     assert!(
-        relayed_in(&app, &ns, epoch, other).await > 0,
+        relayed_in(&app, &ns, epoch, other).await,
         "its orders were published during the repair"
     );
+    still_repairing(&app, &on_master).await;
     signal(&worker, "CONT");
     repaired_sale_sells_the_rest(&app, failing, 300, &bought, "failover").await;
     println!(
