@@ -15,6 +15,7 @@
 //! An operator who knows those orders are gone for good (a broker that lost its
 //! disk) can abandon them (`POST /api/v1/admin/redis/abandon`): the one decision
 //! here that is not a fact, and it is a person's, logged as an incident.
+use super::repair::Soundness;
 use super::EpochGuard;
 use crate::outbox::relay::intent;
 use anyhow::{Context, Result};
@@ -28,11 +29,15 @@ impl EpochGuard {
     /// Returns once every order of an intent older than `epoch` of a sale in
     /// `scope` (`None`: any sale) is stored or in an outbox. The other sales are not
     /// rebuilt: what their Redis state counts stands.
-    pub(super) async fn barrier(&self, epoch: i64, scope: Option<&[i64]>) -> Result<()> {
+    ///
+    /// Each look also checks that the server is still the one the repair is for
+    /// (`sound`): a change meanwhile stops the repair at once rather than at its end.
+    pub(super) async fn barrier(&self, epoch: i64, scope: Option<&[i64]>, sound: &Soundness<'_>) -> Result<()> {
         let started = Instant::now();
         let mut last_log: Option<Instant> = None;
         let mut last_recorded: Option<usize> = None;
         loop {
+            self.still_sound(sound).await?;
             let waiting = self.published_and_unstored(epoch, scope).await?;
             if last_recorded != Some(waiting.len()) {
                 self.record_waiting(epoch, &waiting).await?;

@@ -12,10 +12,12 @@ pub(super) struct Checked {
     pub run_id: Arc<str>,
     /// The epoch row, unless Redis went back within that epoch.
     pub row: Option<EpochRow>,
-    /// Sales with a shard's stock key missing (of the shards read).
-    pub missing: Vec<i64>,
+    /// The slots of the stock keys found missing (of the shards read).
+    pub missing: Vec<u16>,
     /// Whether the marker names the row's epoch and the clock is not behind.
     pub marker_intact: bool,
+    /// Whether the Redis clock is behind the highest value Postgres recorded.
+    pub clock_behind: bool,
 }
 
 impl EpochGuard {
@@ -62,13 +64,12 @@ impl EpochGuard {
         let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading the epoch marker")?;
         let marker: Option<i64> = redis::from_redis_value_ref(&reply[0]).ok().flatten();
         let tick = clock::read_tick(&reply[1])?;
-        let mut missing: Vec<i64> = reply[2..]
+        let missing: Vec<u16> = reply[2..]
             .iter()
             .zip(&live)
             .filter(|(v, _)| !redis::from_redis_value_ref::<bool>(v).unwrap_or(false))
-            .map(|(_, (voucher, _, _))| *voucher)
+            .map(|(_, (v, k, n))| crate::keys::slot(self.keys.stock_at(*v, *k, *n).as_bytes()))
             .collect();
-        missing.dedup();
         // During a repair that has not finished the marker still names the last
         // finished epoch: then it is intact if present.
         let marker_intact = row.as_ref().is_some_and(|r| {
@@ -110,6 +111,7 @@ impl EpochGuard {
             row: row.filter(|_| !went_back),
             missing,
             marker_intact,
+            clock_behind: !tick.advanced,
         })
     }
 }

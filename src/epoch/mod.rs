@@ -98,17 +98,21 @@ pub struct EpochRow {
     pub epoch: i64,
     pub server: String,
     pub repairing: bool,
-    /// The highest Redis clock recorded in this epoch (0 if none yet).
+    /// The highest Redis clock recorded (0 if none yet), whatever epoch recorded
+    /// it: during a repair, the last finished epoch's value, which a server that
+    /// did not go back is not below.
     pub clock: i64,
-    /// While `repairing`: the sales under repair (`None`: every sale).
+    /// While `repairing`: the sales under repair (`None`: every sale). Only a
+    /// scope written by the repair of this very epoch counts.
     pub repair_scope: Option<Vec<i64>>,
 }
 
 pub async fn read_row(pg: &PgPool, namespace: &str) -> Result<Option<EpochRow>> {
     sqlx::query_as(
-        "SELECT e.epoch, e.server, e.repairing, COALESCE(c.clock, 0) AS clock, e.repair_scope
+        "SELECT e.epoch, e.server, e.repairing, COALESCE(c.clock, 0) AS clock,
+                CASE WHEN e.repair_scope_epoch = e.epoch THEN e.repair_scope END AS repair_scope
            FROM redis_epochs e
-           LEFT JOIN redis_clocks c ON c.namespace = e.namespace AND c.epoch = e.epoch
+           LEFT JOIN redis_clocks c ON c.namespace = e.namespace
           WHERE e.namespace = $1",
     )
     .bind(namespace)
@@ -178,7 +182,11 @@ impl EpochGuard {
     async fn check_and_repair_reading(&self, every_shard: bool) -> Result<()> {
         let identity = self.redis.identity().clone();
         let Checked {
-            healthy, run_id, row, ..
+            healthy,
+            run_id,
+            row,
+            clock_behind,
+            ..
         } = match self.check(every_shard).await {
             Ok(x) => x,
             Err(e) => {
@@ -203,12 +211,18 @@ impl EpochGuard {
         // Not healthy: no sales from this server until it is repaired. Counters may
         // go on where Postgres already gave this server an epoch (and it did not
         // go back within it: then `check` returns no row).
-        // A repair under way of some sales only: the others go on.
-        identity.set(row.filter(|r| *r.server == *run_id).map(|r| Verified {
-            run_id: run_id.clone(),
-            epoch: r.epoch,
-            repairing: true,
-            scope: r.repairing.then(|| r.repair_scope.map(Into::into)).flatten(),
+        // A repair under way of some sales only: the others go on, unless the clock
+        // went back meanwhile (then nothing sells here; the repair stops at its
+        // next look, and the next one takes every sale).
+        identity.set(row.filter(|r| *r.server == *run_id).map(|r| {
+            Verified {
+                run_id: run_id.clone(),
+                epoch: r.epoch,
+                repairing: true,
+                scope: (r.repairing && !clock_behind)
+                    .then(|| r.repair_scope.map(Into::into))
+                    .flatten(),
+            }
         }));
         self.metrics.redis_repairing.set(1);
         self.repair().await

@@ -47,17 +47,21 @@ impl EpochGuard {
         ))
         .fetch_all(&mut *lock)
         .await?;
-        let scope = self.scope_of(&checked, previous.as_ref(), &known).await?;
+        let scope::Scope {
+            sales: scope,
+            clock_explained,
+        } = self.scope_of(&checked, previous.as_ref(), &known).await?;
         // Taking the row exclusively waits for every relay's intent transaction (they
         // hold it shared); once this commits, no relay can record an intent of an
         // older epoch, nor one of a sale in the scope, so the barrier's set is complete.
         let (epoch, started_at): (i64, chrono::DateTime<chrono::Utc>) = sqlx::query_as(
-            "INSERT INTO redis_epochs (namespace, epoch, server, repairing, repair_started_at, repair_scope)
-             VALUES ($1, 1, $2, true, now(), $3)
+            "INSERT INTO redis_epochs (namespace, epoch, server, repairing, repair_started_at, repair_scope,
+                                       repair_scope_epoch)
+             VALUES ($1, 1, $2, true, now(), $3, 1)
              ON CONFLICT (namespace) DO UPDATE
                SET epoch = redis_epochs.epoch + 1, server = EXCLUDED.server, repairing = true, updated_at = now(),
                    repair_started_at = now(), repair_waiting = 0, repair_reason = NULL,
-                   repair_scope = EXCLUDED.repair_scope
+                   repair_scope = EXCLUDED.repair_scope, repair_scope_epoch = redis_epochs.epoch + 1
              RETURNING epoch, repair_started_at",
         )
         .bind(self.namespace())
@@ -85,8 +89,12 @@ impl EpochGuard {
              orders of these sales refused with 503 until they are repaired from Postgres"
         );
         self.close_sales(epoch, &sales).await?;
+        let sound = Soundness {
+            run_id: &run_id,
+            clock_explained,
+        };
         if !(first && sales.is_empty()) {
-            self.barrier(epoch, scope.as_deref()).await?;
+            self.barrier(epoch, scope.as_deref(), &sound).await?;
         }
         // One transaction per sale, each holding only that sale's row (as the worker
         // and cancellations take it): no transaction holds every voucher row, and
@@ -131,10 +139,9 @@ impl EpochGuard {
         if now != epoch {
             bail!("another repair took epoch {now} while this one ({epoch}) rebuilt");
         }
-        // The node's run_id, or every master's of a cluster, read again now.
-        if self.redis.current_identity().await? != run_id {
-            bail!("the Redis server changed during the repair");
-        }
+        // The node's run_id, or every master's of a cluster, read again now, and
+        // the clock not behind unless the scope explains it.
+        self.still_sound(&sound).await?;
         let mut conn = self.redis.conn().await?;
         // The clock too: the repaired server must not be behind what Postgres recorded.
         super::clock::carry_over(&mut tx, &mut conn, &self.keys, epoch).await?;
@@ -146,7 +153,7 @@ impl EpochGuard {
             .context("writing the epoch marker")?;
         sqlx::query(
             "UPDATE redis_epochs SET repairing = false, updated_at = now(), repair_started_at = NULL,
-                    repair_waiting = 0, repair_reason = NULL, repair_scope = NULL
+                    repair_waiting = 0, repair_reason = NULL, repair_scope = NULL, repair_scope_epoch = NULL
               WHERE namespace = $1",
         )
         .bind(self.namespace())
@@ -190,8 +197,14 @@ impl EpochGuard {
         checked: &Checked,
         previous: Option<&EpochRow>,
         known: &[(i64, i32)],
-    ) -> Result<Option<Vec<i64>>> {
-        let Some(previous) = previous else { return Ok(None) };
+    ) -> Result<scope::Scope> {
+        let every_sale = scope::Scope {
+            sales: None,
+            clock_explained: true,
+        };
+        let Some(previous) = previous else {
+            return Ok(every_sale);
+        };
         let masters = self.redis.masters_by_slot().await?;
         if let Some(m) = &masters {
             let mut ids: Vec<&str> = m.iter().map(|(id, _)| id.as_str()).collect();
@@ -210,17 +223,49 @@ impl EpochGuard {
             .collect();
         let change = scope::Change {
             vouched: &previous.server,
-            now: &checked.run_id,
             masters: masters.as_deref(),
             missing: &checked.missing,
             marker_slot: crate::keys::slot(self.keys.epoch().as_bytes()),
             marker_intact: checked.marker_intact,
         };
-        let now = scope::sales_to_repair(&change, &slots);
-        Ok(if previous.repairing {
-            scope::union(now, previous.repair_scope.clone())
-        } else {
-            now
-        })
+        let mut now = scope::sales_to_repair(&change, &slots);
+        if previous.repairing {
+            now.sales = scope::union(now.sales, previous.repair_scope.clone());
+            now.clock_explained |= now.sales.is_none();
+        }
+        Ok(now)
     }
+
+    /// Whether the server is still the one this repair took its epoch for: the same
+    /// identity, and a clock not behind what Postgres recorded unless the scope
+    /// explains it (its master changed). A change the scope misses (a master that
+    /// went back during the repair, in the same process) stops the repair; the next
+    /// one rebuilds what this one did and more.
+    pub(super) async fn still_sound(&self, sound: &Soundness<'_>) -> Result<()> {
+        if *self.redis.current_identity().await? != *sound.run_id {
+            bail!("the Redis server changed during the repair");
+        }
+        if sound.clock_explained {
+            return Ok(());
+        }
+        let recorded: i64 = sqlx::query_scalar("SELECT clock FROM redis_clocks WHERE namespace = $1")
+            .bind(self.namespace())
+            .fetch_optional(&self.pg)
+            .await?
+            .unwrap_or(0);
+        let mut pipe = redis::pipe();
+        super::clock::tick(&mut pipe, &self.keys.clock(), recorded);
+        let mut conn = self.redis.conn().await?;
+        let reply: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("advancing the Redis clock")?;
+        if !super::clock::read_tick(&reply[0])?.advanced {
+            bail!("the Redis clock went back during the repair, on a master the repair does not rebuild");
+        }
+        Ok(())
+    }
+}
+
+/// What must not change while a repair runs (see [`EpochGuard::still_sound`]).
+pub(super) struct Soundness<'a> {
+    pub run_id: &'a str,
+    pub clock_explained: bool,
 }

@@ -1,21 +1,21 @@
-//! Which sales a repair rebuilds: only those whose state may have changed.
+//! Which sales a repair rebuilds: only those on a server that changed.
 //!
-//! On a single node every sale lives on the one server, so a new server, a marker
-//! gone wrong or a clock behind is a change of every sale; only a sale whose stock
-//! key is missing on the same server, marker and clock intact, is repaired alone.
-//! On a Redis Cluster each master holds its own slots: a
-//! master that restarted, failed over to a replica or went back shows a new
-//! `run_id/master_replid`, and only the sales with a shard on its slots can have
-//! lost anything. The others keep selling through the repair, and their relays
-//! keep publishing (their intents are not in the repair's scope, see
+//! On a single node every sale lives on the one server: any change of it (a new
+//! `run_id`, a marker or clock gone wrong, a stock key missing) is a change of
+//! every sale. On a Redis Cluster each master holds its own slots, and a repair
+//! rebuilds the sales with a shard on a master that changed: one whose
+//! `run_id/master_replid` is new (it restarted, failed over to a replica, went
+//! back: a promotion always takes a new replication id), or one found missing a
+//! sale's stock key (a master that lost one key may have lost others: every sale
+//! on it). The others keep selling through the repair, and their relays keep
+//! publishing (their intents are not in the repair's scope, see
 //! `crate::outbox::relay::intent`).
 //!
 //! The facts used are exact: the identity Postgres vouched for (every master's,
 //! recorded by the last repair), every master's identity and slots as read from the
-//! master itself now, the sales found missing a stock key, and whether the epoch
-//! marker and clock (on one master) are intact. Whatever cannot be placed (a single
-//! node, no identity to compare with, a marker or clock gone wrong on a master whose
-//! identity did not change) repairs every sale.
+//! master itself now, the slots of the stock keys found missing, and whether the
+//! epoch marker and clock (on one master) are intact. A marker or clock gone wrong
+//! on a master that did not change is explained by nothing: every sale.
 
 use crate::redis_conn::MasterSlots;
 
@@ -24,45 +24,61 @@ pub struct Change<'a> {
     /// The identity Postgres vouched for: every master's `run_id/master_replid`,
     /// sorted and joined by `,` (a single node's `run_id`).
     pub vouched: &'a str,
-    /// The same, as read now.
-    pub now: &'a str,
     /// Every master's identity and slot ranges now; `None` on a single node.
     pub masters: Option<&'a [MasterSlots]>,
-    /// Sales found missing a shard's stock key.
-    pub missing: &'a [i64],
+    /// The slots of the stock keys found missing.
+    pub missing: &'a [u16],
     /// The slot of the epoch marker and the Redis clock.
     pub marker_slot: u16,
     /// Whether the marker names the vouched epoch and the clock is not behind.
     pub marker_intact: bool,
 }
 
-/// The sales to close and rebuild, sorted; `None` for every sale. `sales` gives
-/// each sale with the slots of its shards.
-pub fn sales_to_repair(change: &Change<'_>, sales: &[(i64, Vec<u16>)]) -> Option<Vec<i64>> {
+/// What a repair rebuilds.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Scope {
+    /// The sales, sorted; `None` for every sale.
+    pub sales: Option<Vec<i64>>,
+    /// Whether the master of the marker and the clock is among the changed ones
+    /// (always, when every sale is): if not, its clock must not go back during
+    /// the repair, or the repair stops (something changed that the scope misses).
+    pub clock_explained: bool,
+}
+
+impl Scope {
+    const EVERY_SALE: Scope = Scope {
+        sales: None,
+        clock_explained: true,
+    };
+}
+
+/// The sales to close and rebuild; `sales` gives each sale with the slots of its
+/// shards.
+pub fn sales_to_repair(change: &Change<'_>, sales: &[(i64, Vec<u16>)]) -> Scope {
     let Some(masters) = change.masters else {
-        // One node: unless it is the one vouched for, with its marker and clock
-        // intact, any sale may have lost anything.
-        let intact = change.vouched == change.now && change.marker_intact;
-        return intact.then(|| sorted(change.missing.to_vec()));
+        return Scope::EVERY_SALE;
     };
     let vouched: std::collections::HashSet<&str> = change.vouched.split(',').collect();
+    let holds = |ranges: &[(u16, u16)], slot: u16| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot));
     let changed: Vec<(u16, u16)> = masters
         .iter()
-        .filter(|(id, _)| !vouched.contains(id.as_str()))
+        .filter(|(id, ranges)| !vouched.contains(id.as_str()) || change.missing.iter().any(|s| holds(ranges, *s)))
         .flat_map(|(_, ranges)| ranges.iter().copied())
         .collect();
-    let on_changed = |slot: u16| changed.iter().any(|(a, b)| (*a..=*b).contains(&slot));
-    if !change.marker_intact && !on_changed(change.marker_slot) {
+    let clock_explained = holds(&changed, change.marker_slot);
+    if !change.marker_intact && !clock_explained {
         // Something went back that no identity explains: trust nothing.
-        return None;
+        return Scope::EVERY_SALE;
     }
-    let scope: Vec<i64> = sales
+    let scope = sales
         .iter()
-        .filter(|(_, slots)| slots.iter().any(|s| on_changed(*s)))
+        .filter(|(_, slots)| slots.iter().any(|s| holds(&changed, *s)))
         .map(|(v, _)| *v)
-        .chain(change.missing.iter().copied())
         .collect();
-    Some(sorted(scope))
+    Scope {
+        sales: Some(sorted(scope)),
+        clock_explained,
+    }
 }
 
 fn sorted(mut v: Vec<i64>) -> Vec<i64> {
@@ -71,7 +87,7 @@ fn sorted(mut v: Vec<i64>) -> Vec<i64> {
     v
 }
 
-/// The union of two scopes (`None` is every sale).
+/// The union of two scopes' sales (`None` is every sale).
 pub fn union(a: Option<Vec<i64>>, b: Option<Vec<i64>>) -> Option<Vec<i64>> {
     let mut v = a?;
     v.extend(b?);
@@ -90,14 +106,20 @@ mod tests {
         ]
     }
 
-    fn change<'a>(vouched: &'a str, m: &'a [MasterSlots], missing: &'a [i64]) -> Change<'a> {
+    fn change<'a>(vouched: &'a str, m: &'a [MasterSlots], missing: &'a [u16]) -> Change<'a> {
         Change {
             vouched,
-            now: "a/1,b/1,c/2",
             masters: Some(m),
             missing,
             marker_slot: 100,
             marker_intact: true,
+        }
+    }
+
+    fn scoped(sales: Vec<i64>, clock_explained: bool) -> Scope {
+        Scope {
+            sales: Some(sales),
+            clock_explained,
         }
     }
 
@@ -112,64 +134,58 @@ mod tests {
             (4, vec![6000]),
         ];
         let scope = sales_to_repair(&change("a/1,b/1,c/1", &m, &[]), &sales);
-        assert_eq!(scope, Some(vec![2, 3]));
+        assert_eq!(scope, scoped(vec![2, 3], false));
     }
 
     #[test]
-    fn nothing_changed_but_missing_state_scopes_only_those_sales() {
+    fn a_missing_stock_key_scopes_every_sale_of_its_master() {
         let m = masters();
-        let sales = vec![(1, vec![200]), (2, vec![11000])];
+        let sales = vec![(1, vec![200]), (2, vec![11000]), (5, vec![300]), (6, vec![7000])];
+        // Sale 1's key (slot 200, on a) is missing: a lost a key, every sale on a.
         assert_eq!(
-            sales_to_repair(&change("a/1,b/1,c/2", &m, &[7, 1]), &sales),
-            Some(vec![1, 7])
+            sales_to_repair(&change("a/1,b/1,c/2", &m, &[200]), &sales),
+            scoped(vec![1, 5], true)
         );
-        assert_eq!(sales_to_repair(&change("a/1,b/1,c/2", &m, &[]), &sales), Some(vec![]));
+        assert_eq!(
+            sales_to_repair(&change("a/1,b/1,c/2", &m, &[]), &sales),
+            scoped(vec![], false)
+        );
     }
 
     #[test]
-    fn a_new_single_node_or_an_unexplained_marker_repairs_every_sale() {
+    fn a_single_node_or_an_unexplained_marker_repairs_every_sale() {
         let sales = vec![(1, vec![200])];
         let single = Change {
             vouched: "x",
-            now: "y",
             masters: None,
             missing: &[],
             marker_slot: 0,
             marker_intact: true,
         };
-        assert_eq!(sales_to_repair(&single, &sales), None);
-        // The same node, marker and clock intact: only what is missing.
-        let same = Change {
-            now: "x",
-            missing: &[4, 2],
-            ..single
-        };
-        assert_eq!(sales_to_repair(&same, &sales), Some(vec![2, 4]));
-        let marker_gone = Change {
-            marker_intact: false,
-            ..same
-        };
-        assert_eq!(sales_to_repair(&marker_gone, &sales), None);
+        assert_eq!(sales_to_repair(&single, &sales), Scope::EVERY_SALE);
         let m = masters();
         // The marker's master (a, slot 100) did not change, yet the marker is wrong.
         let lost = Change {
             marker_intact: false,
             ..change("a/1,b/1,c/1", &m, &[])
         };
-        assert_eq!(sales_to_repair(&lost, &sales), None);
+        assert_eq!(sales_to_repair(&lost, &sales), Scope::EVERY_SALE);
         // The marker's master changed: its loss is explained, the scope stands.
         let explained = Change {
             marker_intact: false,
             ..change("a/0,b/1,c/2", &m, &[])
         };
-        assert_eq!(sales_to_repair(&explained, &sales), Some(vec![1]));
+        assert_eq!(sales_to_repair(&explained, &sales), scoped(vec![1], true));
     }
 
     #[test]
     fn a_vouched_identity_of_another_shape_changes_every_master() {
         let m = masters();
         let sales = vec![(1, vec![200]), (2, vec![11000])];
-        assert_eq!(sales_to_repair(&change("runid", &m, &[]), &sales), Some(vec![1, 2]));
+        assert_eq!(
+            sales_to_repair(&change("runid", &m, &[]), &sales),
+            scoped(vec![1, 2], true)
+        );
     }
 
     #[test]

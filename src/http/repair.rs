@@ -113,7 +113,8 @@ pub struct WorkerSeen {
 pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<web::Json<RedisState>, ApiError> {
     let ns = state.keys.namespace();
     let row: Option<EpochRow> = sqlx::query_as(
-        "SELECT epoch, repairing, repair_started_at, repair_waiting, repair_reason, repair_scope
+        "SELECT epoch, repairing, repair_started_at, repair_waiting, repair_reason,
+                CASE WHEN repair_scope_epoch = epoch THEN repair_scope END AS repair_scope
            FROM redis_epochs WHERE namespace = $1",
     )
     .bind(ns)

@@ -103,7 +103,8 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
     // The newest repair Postgres has committed (none yet: 0), and whether one under
     // way rebuilds this sale (a repair of other sales only does not stop it).
     let (epoch, repairing): (i64, bool) = sqlx::query_as(
-        "SELECT epoch, repairing AND (repair_scope IS NULL OR $2 = ANY(repair_scope))
+        "SELECT epoch, repairing AND (repair_scope_epoch IS DISTINCT FROM epoch OR repair_scope IS NULL
+                                      OR $2 = ANY(repair_scope))
            FROM redis_epochs WHERE namespace = $1",
     )
     .bind(keys.namespace())

@@ -1,10 +1,10 @@
 //! A repair touches only what changed (issue 19: "scoped"): on a Redis Cluster a
-//! failover of one master closes only the sales with a shard on it, and a sale whose
-//! state alone was lost is repaired alone. The other sales keep answering 202 and
-//! their orders keep reaching RabbitMQ while the repair waits. Each test holds the
-//! repair open with a frozen worker process that holds orders of the repaired sale
-//! (the barrier waits for them), so that "while the repair is under way" is a fact
-//! the test sees, not a guess about timing.
+//! failover of one master, or a master found missing a key, closes only the sales
+//! on that master. The other sales keep answering 202 and their orders keep
+//! reaching RabbitMQ while the repair waits. Each test holds the repair open with a
+//! frozen worker process that holds orders of the repaired sale (the barrier waits
+//! for them), so that "while the repair is under way" is a fact the test sees, not
+//! a guess about timing.
 use crate::fixtures::{signal, spawn_worker_binary, OwnCluster};
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -190,67 +190,29 @@ async fn sold(app: &TestApp, v: i64, users: std::ops::RangeInclusive<i64>) -> Ha
     ids
 }
 
-/// One sale's stock key lost (deleted) on a server that is otherwise intact, while
-/// a frozen worker holds that sale's first orders: the repair closes that sale
-/// alone; another sale answers 202 throughout and its orders are published during
-/// the repair. Then the first sale sells exactly its rest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_sale_that_lost_its_state_is_repaired_alone() {
-    let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).worker(false).spawn().await;
-    let (lost, other) = (app.flash_sale(40).await, app.flash_sale(1000).await);
-    let mut env = vec![("REDIS_URL", redis_url())];
-    if let Some(seeds) = cluster_seeds() {
-        env = vec![("REDIS_URL", seeds), ("SECKILL_REDIS_CLUSTER", "true".into())];
-    }
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let worker = spawn_worker_binary(&ns, &env).await;
-    signal(&worker, "STOP");
-    let bought = sold(&app, lost, 1..=10).await;
-    sold(&app, other, 1..=10).await;
-    relayed(&app, &ns, lost).await;
-    let mut conn = app.redis().await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(ns.keys().stock(lost))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    // The next order of the lost sale finds its stock missing and starts the repair.
-    let (status, body) = app.order(lost, 500).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-    let (during, epoch) = other_sells_during_repair(&app, &[lost], other, 30).await;
-    let (status, body) = app.order(lost, 501).await;
-    assert_eq!(
-        status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "the lost sale is closed: {body}"
-    );
-    println!("lost state: the other sale during the repair {during:?}");
-    assert_eq!(
-        during,
-        BTreeMap::from([(202, 30)]),
-        "the other sale sold throughout the repair"
-    );
-    assert!(
-        relayed_in(&app, &ns, epoch, other).await,
-        "its orders were published during the repair"
-    );
-    still_repairing(&app, &[lost]).await;
-    signal(&worker, "CONT");
-    repaired_sale_sells_the_rest(&app, lost, 40, &bought, "lost state").await;
-    other_sale_whole(&app, other, "lost state").await;
-    let mut worker = worker;
-    let _ = worker.kill();
-    let _ = worker.wait();
+/// A cluster of the test's own, the app on it (no worker of its own) and a frozen
+/// worker process holding the first 10 orders of `target` (a sale of 300 on
+/// `master`); `on_master`: every sale on that master; `other`: a sale on another.
+struct OnCluster {
+    ns: Namespace,
+    app: TestApp,
+    cluster: OwnCluster,
+    worker: std::process::Child,
+    target: i64,
+    master: u16,
+    on_master: Vec<i64>,
+    other: i64,
+    bought: HashSet<i64>,
 }
 
-/// On a Redis Cluster of the test's own, the master of one sale's keys is killed
-/// (-9) while a frozen worker holds that sale's orders; its replica takes over.
-/// The repair closes that sale alone and waits for the worker; a sale on another
-/// master answers 202 throughout the repair, and its orders are published during
-/// it. No 500 on either sale; the repaired sale then sells exactly its rest.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
+impl Drop for OnCluster {
+    fn drop(&mut self) {
+        let _ = self.worker.kill();
+        let _ = self.worker.wait();
+    }
+}
+
+async fn on_cluster() -> OnCluster {
     let ns = Namespace::new().await;
     let cluster = tokio::task::spawn_blocking(OwnCluster::start).await.unwrap();
     cluster.on_every_node(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
@@ -264,13 +226,13 @@ async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
         app = app.env(k, v.clone());
     }
     let app = app.spawn().await;
-    // Whichever master holds the counters and the epoch marker: after the failover
+    // Whichever master holds the counters and the epoch marker: after a failover
     // the repair's new epoch gives counters again, for every sale.
     let keys = ns.keys();
-    let failing = app.flash_sale(300).await;
-    let master = cluster.master_of(&keys.stock(failing)).unwrap();
+    let target = app.flash_sale(300).await;
+    let master = cluster.master_of(&keys.stock(target)).unwrap();
     // Every sale on that master is under repair, and only those.
-    let (mut on_master, mut other) = (vec![failing], None);
+    let (mut on_master, mut other) = (vec![target], None);
     for _ in 0..60 {
         let v = app.flash_sale(300).await;
         if cluster.master_of(&keys.stock(v)).unwrap() != master {
@@ -283,41 +245,85 @@ async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let worker = spawn_worker_binary(&ns, &env).await;
     signal(&worker, "STOP");
-    let bought = sold(&app, failing, 1..=10).await;
+    let bought = sold(&app, target, 1..=10).await;
     sold(&app, other, 1..=10).await;
-    relayed(&app, &ns, failing).await;
+    relayed(&app, &ns, target).await;
     tokio::task::block_in_place(|| replicas_caught_up(&cluster, master));
-    let killed = Instant::now();
-    cluster.kill(master);
-    let (during, epoch) = other_sells_during_repair(&app, &on_master, other, 20).await;
-    let (status, body) = app.order(failing, 501).await;
+    OnCluster {
+        ns,
+        app,
+        cluster,
+        worker,
+        target,
+        master,
+        on_master,
+        other,
+        bought,
+    }
+}
+
+/// After the fault: the repair of exactly `on_master` is under way; `other`
+/// answers 202 throughout it and its orders are published during it; the target
+/// sale is closed. Then the worker is back, the target sells exactly its rest,
+/// the other sale's books balance.
+async fn only_the_masters_sales_close(s: &OnCluster, since: Instant, scenario: &str) {
+    let (app, ns) = (&s.app, &s.ns);
+    let (during, epoch) = other_sells_during_repair(app, &s.on_master, s.other, 20).await;
+    let (status, body) = app.order(s.target, 501).await;
     assert_eq!(
         status,
         StatusCode::SERVICE_UNAVAILABLE,
-        "the failed-over sale is closed: {body}"
+        "{scenario}: the target sale is closed: {body}"
     );
     println!(
-        "failover: repair of {on_master:?} seen {} ms after the kill; the other sale during it {during:?}",
-        killed.elapsed().as_millis()
+        "{scenario}: repair of {:?} seen {} ms after the fault; the other sale during it {during:?}",
+        s.on_master,
+        since.elapsed().as_millis()
     );
     assert_eq!(
         during,
         BTreeMap::from([(202, 20)]),
-        "the other master's sale sold throughout the repair"
+        "{scenario}: the other master's sale sold throughout"
     );
     assert!(
-        relayed_in(&app, &ns, epoch, other).await,
-        "its orders were published during the repair"
+        relayed_in(app, ns, epoch, s.other).await,
+        "{scenario}: its orders were published during the repair"
     );
-    still_repairing(&app, &on_master).await;
-    signal(&worker, "CONT");
-    repaired_sale_sells_the_rest(&app, failing, 300, &bought, "failover").await;
-    println!(
-        "failover: the failed-over sale closed {} ms",
-        killed.elapsed().as_millis()
-    );
-    other_sale_whole(&app, other, "failover").await;
-    let mut worker = worker;
-    let _ = worker.kill();
-    let _ = worker.wait();
+    still_repairing(app, &s.on_master).await;
+    signal(&s.worker, "CONT");
+    repaired_sale_sells_the_rest(app, s.target, 300, &s.bought, scenario).await;
+    println!("{scenario}: the target sale closed {} ms", since.elapsed().as_millis());
+    other_sale_whole(app, s.other, scenario).await;
+}
+
+/// On a Redis Cluster of the test's own, the master of one sale's keys is killed
+/// (-9) while a frozen worker holds that sale's orders; its replica takes over.
+/// The repair closes that master's sales alone and waits for the worker; a sale on
+/// another master answers 202 throughout the repair, and its orders are published
+/// during it. No 500 on either sale; the repaired sale then sells exactly its rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_of_one_master_leaves_the_other_masters_sales_selling() {
+    let s = on_cluster().await;
+    let killed = Instant::now();
+    s.cluster.kill(s.master);
+    only_the_masters_sales_close(&s, killed, "failover").await;
+}
+
+/// One sale's stock key lost (deleted) on a master that is otherwise intact: a
+/// master that lost one key may have lost others, so the repair closes every sale
+/// on that master, and only those; a sale on another master sells on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_that_lost_a_key_is_repaired_whole_and_the_others_sell_on() {
+    let s = on_cluster().await;
+    let mut conn = s.app.redis().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(s.ns.keys().stock(s.target))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let lost = Instant::now();
+    // The next order of the sale finds its stock missing and starts the repair.
+    let (status, body) = s.app.order(s.target, 500).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    only_the_masters_sales_close(&s, lost, "lost key").await;
 }

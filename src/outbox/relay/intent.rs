@@ -30,7 +30,8 @@ pub async fn record(pg: &PgPool, namespace: &str, epoch: i64, orders: &[OrderMsg
         "INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids)
          SELECT e.namespace, e.epoch, $3, $4 FROM redis_epochs e
           WHERE e.namespace = $1 AND e.epoch = $2
-            AND (NOT e.repairing OR (e.repair_scope IS NOT NULL AND NOT e.repair_scope && $3))
+            AND (NOT e.repairing
+                 OR (e.repair_scope_epoch = e.epoch AND e.repair_scope IS NOT NULL AND NOT e.repair_scope && $3))
             FOR SHARE
          RETURNING id",
     )

@@ -33,14 +33,6 @@ pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<Has
     if late.is_empty() {
         return Ok(conflicts);
     }
-    let Some((mut conn, verified)) = ctx.redis.verified().await.map_err(|e| PersistError::Redis(e.into()))? else {
-        return Err(PersistError::Redis(anyhow::anyhow!("Redis is not verified yet")));
-    };
-    if verified != epoch {
-        return Err(PersistError::Redis(anyhow::anyhow!(
-            "Redis verified at epoch {verified}, Postgres at {epoch}"
-        )));
-    }
     let k = &ctx.keys;
     let mut shards = std::collections::HashMap::new();
     for o in late {
@@ -52,6 +44,23 @@ pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<Has
                 n
             }
         };
+        // Through a connection verified for the order's sale at Postgres's epoch
+        // (a repair of other sales under way does not stop it).
+        let verified = ctx
+            .redis
+            .verified_for(o.voucher_id)
+            .await
+            .map_err(|e| PersistError::Redis(e.into()))?;
+        let Some((mut conn, verified)) = verified else {
+            return Err(PersistError::Redis(anyhow::anyhow!(
+                "Redis is not verified for this sale yet"
+            )));
+        };
+        if verified != epoch {
+            return Err(PersistError::Redis(anyhow::anyhow!(
+                "Redis verified at epoch {verified}, Postgres at {epoch}"
+            )));
+        }
         // The order's shard: its shopper's, as reserve.lua admitted it.
         let shard = crate::keys::shard_of(o.user_id, n);
         let ok: i64 = LATE_ADMIT

@@ -71,26 +71,31 @@ pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistEr
     let mut tx = ctx.pg.begin().await?;
     // Shared: a repair holds it exclusively while it reads Postgres and rewrites
     // Redis, so no batch commits in between.
-    let (epoch, repairing): (i64, bool) =
-        sqlx::query_as("SELECT epoch, repairing FROM redis_epochs WHERE namespace = $1 FOR SHARE")
-            .bind(ctx.keys.namespace())
-            .fetch_optional(&mut *tx)
-            .await?
-            .unwrap_or((0, false));
+    let (epoch, repairing, scope): (i64, bool, Option<Vec<i64>>) = sqlx::query_as(
+        "SELECT epoch, repairing, CASE WHEN repair_scope_epoch = epoch THEN repair_scope END
+           FROM redis_epochs WHERE namespace = $1 FOR SHARE",
+    )
+    .bind(ctx.keys.namespace())
+    .fetch_optional(&mut *tx)
+    .await?
+    .unwrap_or((0, false, None));
+    // The sales a repair under way rebuilds (all of them when it has no scope).
+    let rebuilt = |v: i64| repairing && scope.as_ref().is_none_or(|s| s.contains(&v));
     let stock = lock_stock(&mut tx, &orders).await?;
     outcome.duplicates += drop_stored_beyond_stock(&mut tx, &mut orders, &stock).await?;
 
     // Orders read in an epoch before the current one were in a relay's or worker's
     // hands while Redis was repaired: the repair did not see them. Redis must count
-    // them before Postgres stores them (during a repair, the repair reads Postgres
-    // afterwards and counts them itself).
+    // them before Postgres stores them (a sale a repair under way rebuilds is not
+    // counted here: the repair reads Postgres afterwards and counts them itself).
     let mut late_conflicts = HashSet::new();
-    if !repairing && orders.iter().any(|o| o.epoch < epoch) {
-        let late: Vec<i64> = orders.iter().filter(|o| o.epoch < epoch).map(|o| o.id).collect();
+    let is_late = |o: &OrderMsg| o.epoch < epoch && !rebuilt(o.voucher_id);
+    if orders.iter().any(is_late) {
+        let late: Vec<i64> = orders.iter().filter(|o| is_late(o)).map(|o| o.id).collect();
         let stored = existing(&mut tx, &late).await?;
         outcome.duplicates += stored.len();
         orders.retain(|o| !stored.contains(&o.id));
-        let late: Vec<&OrderMsg> = orders.iter().filter(|o| o.epoch < epoch).collect();
+        let late: Vec<&OrderMsg> = orders.iter().filter(|o| is_late(o)).collect();
         late_conflicts = late::admit_late(ctx, epoch, &late).await?;
     }
     outcome.late_conflicts = late_conflicts.len();
