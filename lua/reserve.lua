@@ -1,38 +1,68 @@
--- reserve.lua: admit one flash-sale order, or refuse it.
+-- reserve.lua: admit or refuse a batch of flash-sale orders for one shard of a
+-- sale, each exactly as if it ran alone, one after the other in the batch's order.
 --
--- KEYS[1] stock   remaining stock of the voucher (integer string)
+-- KEYS[1] stock   remaining stock of the shard (integer string)
 -- KEYS[2] buyers  hash user id -> order id of each shopper's live order
 -- KEYS[3] orders  hash order id -> "user_id:created_ms" of every accepted order
--- KEYS[4] outbox  the voucher's outbox stream, read by the relay
--- ARGV[1] user id   ARGV[2] order id   ARGV[3] created_ms   ARGV[4] voucher id
+-- KEYS[4] outbox  the shard's outbox stream, read by the relay
+-- ARGV[1] voucher id, then for each order three values: user id, order id, created_ms
 --
--- Returns the stock left after this order (>= 0) when accepted, or
---   -1 sold out, {-2, order id} the shopper already has an order (its id, from the
---   buyers hash: the shopper learns it without another round trip), -3 the
---   voucher's stock is not loaded (Redis lost it: the caller must refuse rather
---   than sell from nothing).
+-- Returns one reply per order, in order: the stock left after it (>= 0) when
+-- accepted, or -1 sold out, {-2, order id} the shopper already has an order (its
+-- id: the shopper learns it without another round trip; also when the shopper's
+-- first order is earlier in this batch), -3 the shard's stock is not loaded (Redis
+-- lost it: the caller must refuse rather than sell from nothing).
 --
--- Why one script: Redis runs it without interleaving any other command, so the stock
--- check, the one-per-shopper check, the decrement, the shopper mark and the outbox
--- append happen together or not at all. Two shoppers racing for the last unit cannot
--- both pass the check, one shopper's concurrent requests cannot both pass, and an
--- order is never admitted without being in the outbox (a crash of the API after this
--- script, or RabbitMQ being down, cannot lose it). All four keys share the voucher's
--- hash tag, so the script also runs on Redis Cluster.
+-- Why one script: Redis runs it without interleaving any other command, so for each
+-- order the stock check, the one-per-shopper check, the decrement, the shopper mark
+-- and the outbox append happen together or not at all. Two shoppers racing for the
+-- last unit cannot both pass the check, one shopper's concurrent requests cannot both
+-- pass, and an order is never admitted without being in the outbox (a crash of the
+-- API after this script, or RabbitMQ being down, cannot lose it). All four keys share
+-- the shard's hash tag, so the script also runs on Redis Cluster.
+--
+-- Why a batch: the orders that reach one API process for one shard while its
+-- previous call is in flight travel in the next call (see src/order/reserve.rs), so
+-- Redis parses, runs and answers one call for many orders. The marks, the index and
+-- the decrement are written once per call, after every order was decided.
+local n = (#ARGV - 1) / 3
+local out = {}
 local stock = redis.call('GET', KEYS[1])
 if not stock then
-  return -3
-end
-local existing = redis.call('HGET', KEYS[2], ARGV[1])
-if existing then
-  return {-2, existing}
+  for i = 1, n do
+    out[i] = -3
+  end
+  return out
 end
 stock = tonumber(stock)
-if stock <= 0 then
-  return -1
+local taken = 0
+local marks = {}
+local index = {}
+local mine = {}
+for i = 1, n do
+  local user = ARGV[3 * i - 1]
+  local id = ARGV[3 * i]
+  local at = ARGV[3 * i + 1]
+  local existing = mine[user] or redis.call('HGET', KEYS[2], user)
+  if existing then
+    out[i] = {-2, existing}
+  elseif stock <= 0 then
+    out[i] = -1
+  else
+    stock = stock - 1
+    taken = taken + 1
+    mine[user] = id
+    marks[#marks + 1] = user
+    marks[#marks + 1] = id
+    index[#index + 1] = id
+    index[#index + 1] = user .. ':' .. at
+    redis.call('XADD', KEYS[4], '*', 'o', id, 'u', user, 'v', ARGV[1], 't', at)
+    out[i] = stock
+  end
 end
-redis.call('DECR', KEYS[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[1] .. ':' .. ARGV[3])
-redis.call('XADD', KEYS[4], '*', 'o', ARGV[2], 'u', ARGV[1], 'v', ARGV[4], 't', ARGV[3])
-return stock - 1
+if taken > 0 then
+  redis.call('DECRBY', KEYS[1], taken)
+  redis.call('HSET', KEYS[2], unpack(marks))
+  redis.call('HSET', KEYS[3], unpack(index))
+end
+return out

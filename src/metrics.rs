@@ -16,6 +16,8 @@ pub struct Metrics {
     /// ended, paused, rate_limited, unavailable, not_found, not_a_flash_sale.
     pub order_requests: IntCounterVec,
     pub reserve_seconds: Histogram,
+    /// Orders per call of the order script (coalesced per shard).
+    pub reserve_batch: Histogram,
     pub outbox_backlog: IntGauge,
     pub relay_lag_seconds: Histogram,
     pub relay_published: IntCounter,
@@ -72,6 +74,17 @@ impl Metrics {
                         "Latency of the order script (EVALSHA round trip)",
                     )
                     .buckets(latency.clone()),
+                )
+                .unwrap(),
+            ),
+            reserve_batch: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "reserve_lua_batch_orders",
+                        "Orders carried by one call of the order script (those that gathered at the shard while the previous call was in flight)",
+                    )
+                    .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
                 )
                 .unwrap(),
             ),

@@ -177,16 +177,22 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
             tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");
         }
     }
+    let replication = crate::order::place::Replication::new(
+        &redis,
+        settings.redis_wait_replicas,
+        settings.redis_wait_timeout,
+        settings.dependency_timeout,
+    );
     let orders = crate::order::place::OrderDesk {
         cache: cache.clone(),
         ids: ids.clone(),
         redis: redis.clone(),
-        replication: crate::order::place::Replication::new(
-            &redis,
-            settings.redis_wait_replicas,
-            settings.redis_wait_timeout,
-            settings.dependency_timeout,
-        ),
+        reserver: Arc::new(crate::order::reserve::Reserver::new(
+            keys.clone(),
+            replication.clone(),
+            metrics.clone(),
+        )),
+        replication,
         keys: keys.clone(),
         clock: opts.clock.clone(),
         clock_skew: clock_skew.clone(),

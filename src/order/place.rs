@@ -1,9 +1,12 @@
 //! Placing an order: the hot path.
 //!
 //! No Postgres: the voucher and its sale window come from the in-process cache. One
-//! Redis round trip: `lua/reserve.lua` (EVALSHA) admits or refuses the order and, when
-//! it admits it, has already put it in the voucher's outbox. The order id comes
-//! from the ID worker's in-memory block.
+//! Redis round trip carries the order: `lua/reserve.lua` (EVALSHA) admits or refuses
+//! it and, when it admits it, has already put it in the voucher's outbox. The call
+//! carries every order of this process waiting for the same shard (`reserve.rs`:
+//! while one call is in flight the next orders gather, so an order waits at most
+//! for the call ahead of it). The order id comes from the ID worker's in-memory
+//! block.
 //!
 //! A sharded sale (`stock_shards` > 1) runs the script on the shopper's shard
 //! ([`crate::keys::shard_of`]). Only when that shard is dry does the order take more
@@ -21,6 +24,8 @@
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 use super::id_worker::IdWorker;
+pub use super::reserve::Reservation;
+use super::reserve::{Ask, Reserver};
 use crate::clock::Clock;
 use crate::clock_skew::ClockSkew;
 use crate::keys::Keys;
@@ -28,12 +33,8 @@ use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
 use crate::voucher::refill::{refill, Refill};
-use anyhow::Context;
 use chrono::{DateTime, Utc};
-use redis::Script;
-use std::sync::{Arc, LazyLock};
-
-static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
+use std::sync::Arc;
 
 /// Why an order was not placed. Every refusal but `Failed` is an answer to the
 /// shopper; `Unavailable` ones are worth retrying (the order may not exist yet).
@@ -152,6 +153,8 @@ pub struct OrderDesk {
     pub metrics: Arc<Metrics>,
     /// One mover per dry (voucher, shard) in this process.
     pub movers: Arc<Movers>,
+    /// The gates that coalesce each shard's reservations (see `reserve.rs`).
+    pub reserver: Arc<Reserver>,
 }
 
 thread_local! {
@@ -347,7 +350,8 @@ impl OrderDesk {
         self.reserve_at(voucher_id, 0, 1, user_id, order_id, created_ms).await
     }
 
-    /// Runs the script once on one shard of the sale.
+    /// Runs the script for one order on one shard of the sale (with the other
+    /// orders at that shard's gate, see `reserve.rs`).
     #[allow(clippy::too_many_arguments)]
     pub async fn reserve_at(
         &self,
@@ -358,107 +362,12 @@ impl OrderDesk {
         order_id: i64,
         created_ms: i64,
     ) -> anyhow::Result<Reservation> {
-        let k = &self.keys;
-        let r = &self.replication;
-        let local;
-        let redis = match r.replicas {
-            0 => {
-                local = self.on_this_thread();
-                &local
-            }
-            _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
+        let ask = Ask {
+            user_id,
+            order_id,
+            created_ms,
         };
-        let Some((mut conn, _epoch)) = redis.verified_for(voucher_id).await? else {
-            return Ok(Reservation::Unverified);
-        };
-        let _timer = self.metrics.reserve_seconds.start_timer();
-        let keys = [
-            k.stock_at(voucher_id, shard, shards),
-            k.buyers_at(voucher_id, shard, shards),
-            k.orders_at(voucher_id, shard, shards),
-            k.outbox_at(voucher_id, shard, shards),
-        ];
-        let args = [user_id, order_id, created_ms, voucher_id];
-        let (reply, acked) = if r.replicas == 0 {
-            let mut invocation = RESERVE.prepare_invoke();
-            invocation.key(&keys).arg(&args);
-            let reply: redis::Value = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
-            (reply, None)
-        } else {
-            let (reply, acked) = reserve_and_wait(&mut conn, &keys, &args, r)
-                .await
-                .context("reserve.lua + WAIT")?;
-            (reply, Some(acked))
-        };
-        Ok(match reply {
-            redis::Value::Int(n) if n >= 0 => match acked {
-                Some(acked) if acked < r.replicas as i64 => Reservation::NotReplicated { acked },
-                _ => Reservation::Accepted { stock_left: n },
-            },
-            redis::Value::Int(-1) => Reservation::SoldOut,
-            redis::Value::Int(-3) => Reservation::NotLoaded,
-            // {-2, the shopper's order id}.
-            redis::Value::Array(parts) if parts.first() == Some(&redis::Value::Int(-2)) => {
-                let order_id = parts
-                    .get(1)
-                    .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
-                    .and_then(|s| s.parse().ok());
-                Reservation::AlreadyOrdered { order_id }
-            }
-            other => anyhow::bail!("reserve.lua returned an unknown reply {other:?}"),
-        })
+        let redis = self.on_this_thread();
+        self.reserver.reserve(&redis, voucher_id, shard, shards, ask).await
     }
-}
-
-/// The script (EVALSHA, or EVAL once if the server does not know it yet) and
-/// `WAIT replicas deadline` in one pipeline: the script's reply and how many
-/// replicas acknowledged its writes.
-async fn reserve_and_wait(
-    conn: &mut crate::redis_conn::Conn,
-    keys: &[String],
-    args: &[i64],
-    r: &Replication,
-) -> redis::RedisResult<(redis::Value, i64)> {
-    let wait_ms = r.deadline.as_millis().max(1) as u64;
-    let pipeline = |script: redis::Cmd| {
-        let mut script = script;
-        script.arg(keys.len()).arg(keys).arg(args);
-        let mut pipe = redis::pipe();
-        pipe.add_command(script).cmd("WAIT").arg(r.replicas).arg(wait_ms);
-        pipe
-    };
-    let mut evalsha = redis::cmd("EVALSHA");
-    evalsha.arg(RESERVE.get_hash());
-    match pipeline(evalsha).query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(include_str!("../../lua/reserve.lua"));
-            pipeline(eval).query_async(conn).await
-        }
-        other => other,
-    }
-}
-
-/// What `reserve.lua` decided.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reservation {
-    Accepted {
-        stock_left: i64,
-    },
-    SoldOut,
-    /// The shopper has a live order for the sale: `order_id`, as the buyers hash
-    /// names it (None only if the hash held something that is not an id).
-    AlreadyOrdered {
-        order_id: Option<i64>,
-    },
-    /// Admitted on the master, but fewer than the required replicas acknowledged it
-    /// in time: not acknowledged to the shopper (503).
-    NotReplicated {
-        acked: i64,
-    },
-    /// Redis has no stock for the voucher (it lost it): refuse, never sell from nothing.
-    NotLoaded,
-    /// The Redis server is not verified (it may have gone back in time, and the
-    /// sales are being repaired): refuse, never sell from a state that went back.
-    Unverified,
 }

@@ -6,6 +6,7 @@ mod audit;
 mod barrier;
 mod browse;
 mod clock;
+mod coalesce;
 mod console;
 mod conventions;
 mod cost;

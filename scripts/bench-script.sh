@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The order script against one Redis core of its own: orders per second and
+# Redis CPU per order (INFO commandstats' usec_per_call / orders per call), one
+# hot sale, accepting (stock 10^9) and refusing (stock 0), for calls of 1 and of
+# 16 orders (what a shard's gate coalesces, see src/order/reserve.rs).
+#
+#   scripts/bench-script.sh [--rev <git revision>] [--requests 200000]
+#
+# --rev: also run that revision's lua/reserve.lua, one order per call (a script of
+# the old shape takes user, order id, created_ms, voucher id), for a before/after
+# in one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REV="" REQUESTS=200000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rev) REV="$2"; shift 2 ;;
+    --requests) REQUESTS="$2"; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+command -v redis-benchmark >/dev/null || { echo "redis-benchmark is not installed (redis-tools)" >&2; exit 1; }
+PORT=$((20000 + RANDOM % 5000))
+DIR=$(mktemp -d)
+redis-server --port "$PORT" --save "" --appendonly no --daemonize yes --dir "$DIR" --logfile "$DIR/log" >/dev/null
+trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
+cli() { redis-cli -p "$PORT" "$@"; }
+
+# run <label> <sha> <orders per call> <stock> <old shape: 0|1>
+run() {
+  local label=$1 sha=$2 per=$3 stock=$4 old=$5
+  cli flushall >/dev/null
+  cli set '{v1}:stock' "$stock" >/dev/null
+  cli config resetstat >/dev/null
+  local args=()
+  if [ "$old" = 1 ]; then
+    args=(__rand_int__ __rand_int__ 1700000000000 1)
+  else
+    args=(1)
+    for _ in $(seq "$per"); do args+=(__rand_int__ __rand_int__ 1700000000000); done
+  fi
+  local calls=$((REQUESTS / per))
+  local rps
+  rps=$(redis-benchmark -p "$PORT" -n "$calls" -c 50 -P 4 -r 1000000000 -q --csv \
+    EVALSHA "$sha" 4 '{v1}:stock' '{v1}:buyers' '{v1}:orders' '{v1}:outbox' "${args[@]}" |
+    tail -1 | cut -d, -f2 | tr -d '"')
+  local usec
+  usec=$(cli info commandstats | grep '^cmdstat_evalsha:' | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')
+  awk -v l="$label" -v per="$per" -v rps="$rps" -v usec="$usec" 'BEGIN {
+    printf "%-34s %3d orders/call  %9.0f orders/s  %6.2f us Redis CPU per order\n", l, per, rps * per, usec / per }'
+}
+
+NEW=$(cli script load "$(cat lua/reserve.lua)")
+if [ -n "$REV" ]; then
+  OLD=$(cli script load "$(git show "$REV:lua/reserve.lua")")
+  run "$REV reserve.lua, accepting" "$OLD" 1 1000000000 1
+  run "$REV reserve.lua, refusing" "$OLD" 1 0 1
+fi
+for per in 1 16; do
+  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 0
+  run "reserve.lua, refusing" "$NEW" "$per" 0 0
+done

@@ -1,0 +1,280 @@
+//! Running `lua/reserve.lua` for orders, coalesced per shard.
+//!
+//! Every order for one shard of a sale goes through that shard's gate in this
+//! process. While no call for the shard is in flight, an order's call leaves at
+//! once, alone. While one is in flight, the orders that arrive wait at the gate, and
+//! when it returns they leave together in the next call (at most [`MAX_BATCH`];
+//! the rest in the calls after). No timer decides anything: a batch is whatever
+//! gathered during the previous round trip. The script decides each order exactly
+//! as it would alone, in the order the orders reached the gate, so each shopper
+//! gets the answer one call of their own would have given; an error of the call
+//! (Redis unreachable, a failover) is every order's answer, as it would have been.
+//!
+//! The calls run in a task of their own: an order whose request is dropped (its
+//! client went away) does not drop the call that carries other orders, nor leave
+//! the gate closed. Each gate keeps its shard's key names, built once.
+//!
+//! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 each call is followed by `WAIT` in
+//! the same pipeline, over the replication links, and an order is acknowledged
+//! only once that many replicas hold its call's writes.
+use super::place::Replication;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
+use anyhow::Context;
+use redis::{RedisError, Script, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use tokio::sync::oneshot;
+
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
+
+/// The most orders one call carries.
+pub const MAX_BATCH: usize = 64;
+
+/// What `reserve.lua` decided for one order.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reservation {
+    Accepted {
+        stock_left: i64,
+    },
+    SoldOut,
+    /// The shopper has a live order for the sale: `order_id`, as the buyers hash
+    /// names it (None only if the hash held something that is not an id).
+    AlreadyOrdered {
+        order_id: Option<i64>,
+    },
+    /// Admitted on the master, but fewer than the required replicas acknowledged it
+    /// in time: not acknowledged to the shopper (503).
+    NotReplicated {
+        acked: i64,
+    },
+    /// Redis has no stock for the voucher (it lost it): refuse, never sell from nothing.
+    NotLoaded,
+    /// The Redis server is not verified (it may have gone back in time, and the
+    /// sales are being repaired): refuse, never sell from a state that went back.
+    Unverified,
+}
+
+/// One order at a gate.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub user_id: i64,
+    pub order_id: i64,
+    pub created_ms: i64,
+}
+
+type Answer = anyhow::Result<Reservation>;
+
+/// The orders waiting for one shard, and whether a call for it is in flight.
+struct Gate {
+    voucher: i64,
+    keys: [String; 4],
+    state: Mutex<(bool, Vec<(Ask, oneshot::Sender<Answer>)>)>,
+}
+
+/// Every gate of this process, with what a call needs.
+pub struct Reserver {
+    pub keys: Keys,
+    pub replication: Replication,
+    pub metrics: Arc<Metrics>,
+    gates: Mutex<HashMap<(i64, u32, u32), Arc<Gate>>>,
+}
+
+impl Reserver {
+    pub fn new(keys: Keys, replication: Replication, metrics: Arc<Metrics>) -> Self {
+        Self {
+            keys,
+            replication,
+            metrics,
+            gates: Mutex::default(),
+        }
+    }
+
+    fn gate(&self, voucher: i64, shard: u32, shards: u32) -> Arc<Gate> {
+        let mut gates = self.gates.lock().expect("gates poisoned");
+        gates
+            .entry((voucher, shard, shards))
+            .or_insert_with(|| {
+                let k = &self.keys;
+                Arc::new(Gate {
+                    voucher,
+                    keys: [
+                        k.stock_at(voucher, shard, shards),
+                        k.buyers_at(voucher, shard, shards),
+                        k.orders_at(voucher, shard, shards),
+                        k.outbox_at(voucher, shard, shards),
+                    ],
+                    state: Mutex::default(),
+                })
+            })
+            .clone()
+    }
+
+    /// Reserves `ask` on one shard of `voucher`'s sale through `redis` (this
+    /// thread's handle; unused with replicas, whose links are taken in turn).
+    pub async fn reserve(self: &Arc<Self>, redis: &Redis, voucher: i64, shard: u32, shards: u32, ask: Ask) -> Answer {
+        let gate = self.gate(voucher, shard, shards);
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut state = gate.state.lock().expect("gate poisoned");
+            state.1.push((ask, tx));
+            !std::mem::replace(&mut state.0, true)
+        };
+        if lead {
+            let (me, redis) = (self.clone(), redis.clone());
+            tokio::spawn(async move { me.drain(&redis, &gate).await });
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the reservation's call was dropped")))
+    }
+
+    /// Calls until no order waits at `gate`, then opens it.
+    async fn drain(&self, redis: &Redis, gate: &Gate) {
+        loop {
+            let batch: Vec<(Ask, oneshot::Sender<Answer>)> = {
+                let mut state = gate.state.lock().expect("gate poisoned");
+                if state.1.is_empty() {
+                    state.0 = false;
+                    return;
+                }
+                let n = state.1.len().min(MAX_BATCH);
+                state.1.drain(..n).collect()
+            };
+            let asks: Vec<Ask> = batch.iter().map(|(a, _)| *a).collect();
+            match self.call(redis, gate, &asks).await {
+                Ok(answers) => {
+                    for ((_, tx), answer) in batch.into_iter().zip(answers) {
+                        let _ = tx.send(Ok(answer));
+                    }
+                }
+                Err(e) => {
+                    let shared = format!("{e:#}");
+                    for (_, tx) in batch {
+                        let _ = tx.send(Err(match e.chain().find_map(|c| c.downcast_ref::<RedisError>()) {
+                            Some(redis) => anyhow::Error::new(redis.clone()).context(shared.clone()),
+                            None => anyhow::anyhow!("{shared}"),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One call of the script (and `WAIT`) for `asks`: one answer each.
+    async fn call(&self, redis: &Redis, gate: &Gate, asks: &[Ask]) -> anyhow::Result<Vec<Reservation>> {
+        let r = &self.replication;
+        let redis = match r.replicas {
+            0 => redis,
+            _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
+        };
+        let Some((mut conn, _epoch)) = redis.verified_for(gate.voucher).await? else {
+            return Ok(asks.iter().map(|_| Reservation::Unverified).collect());
+        };
+        let _timer = self.metrics.reserve_seconds.start_timer();
+        self.metrics.reserve_batch.observe(asks.len() as f64);
+        let mut args: Vec<i64> = Vec::with_capacity(1 + 3 * asks.len());
+        args.push(gate.voucher);
+        for a in asks {
+            args.extend([a.user_id, a.order_id, a.created_ms]);
+        }
+        let (reply, acked) = if r.replicas == 0 {
+            let mut invocation = RESERVE.prepare_invoke();
+            invocation.key(&gate.keys).arg(&args);
+            let reply: Value = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
+            (reply, None)
+        } else {
+            let (reply, acked) = reserve_and_wait(&mut conn, &gate.keys, &args, r)
+                .await
+                .context("reserve.lua + WAIT")?;
+            (reply, Some(acked))
+        };
+        let Value::Array(replies) = reply else {
+            anyhow::bail!("reserve.lua returned {reply:?}, not one reply per order");
+        };
+        if replies.len() != asks.len() {
+            anyhow::bail!(
+                "reserve.lua returned {} replies for {} orders",
+                replies.len(),
+                asks.len()
+            );
+        }
+        replies.into_iter().map(|v| decode(v, acked, r.replicas)).collect()
+    }
+}
+
+/// One order's reply (see `lua/reserve.lua`), with the replicas that acknowledged
+/// its call (`None`: none awaited).
+fn decode(reply: Value, acked: Option<i64>, replicas: u32) -> anyhow::Result<Reservation> {
+    Ok(match reply {
+        Value::Int(n) if n >= 0 => match acked {
+            Some(acked) if acked < replicas as i64 => Reservation::NotReplicated { acked },
+            _ => Reservation::Accepted { stock_left: n },
+        },
+        Value::Int(-1) => Reservation::SoldOut,
+        Value::Int(-3) => Reservation::NotLoaded,
+        // {-2, the shopper's order id}.
+        Value::Array(parts) if parts.first() == Some(&Value::Int(-2)) => {
+            let order_id = parts
+                .get(1)
+                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                .and_then(|s| s.parse().ok());
+            Reservation::AlreadyOrdered { order_id }
+        }
+        other => anyhow::bail!("reserve.lua returned an unknown reply {other:?}"),
+    })
+}
+
+/// The script (EVALSHA, or EVAL once if the server does not know it yet) and
+/// `WAIT replicas deadline` in one pipeline: the script's reply and how many
+/// replicas acknowledged its writes.
+async fn reserve_and_wait(
+    conn: &mut crate::redis_conn::Conn,
+    keys: &[String],
+    args: &[i64],
+    r: &Replication,
+) -> redis::RedisResult<(Value, i64)> {
+    let wait_ms = r.deadline.as_millis().max(1) as u64;
+    let pipeline = |script: redis::Cmd| {
+        let mut script = script;
+        script.arg(keys.len()).arg(keys).arg(args);
+        let mut pipe = redis::pipe();
+        pipe.add_command(script).cmd("WAIT").arg(r.replicas).arg(wait_ms);
+        pipe
+    };
+    let mut evalsha = redis::cmd("EVALSHA");
+    evalsha.arg(RESERVE.get_hash());
+    match pipeline(evalsha).query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(include_str!("../../lua/reserve.lua"));
+            pipeline(eval).query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_decode_as_one_order_each() {
+        assert_eq!(
+            decode(Value::Int(3), None, 0).unwrap(),
+            Reservation::Accepted { stock_left: 3 }
+        );
+        assert_eq!(decode(Value::Int(-1), None, 0).unwrap(), Reservation::SoldOut);
+        assert_eq!(decode(Value::Int(-3), None, 0).unwrap(), Reservation::NotLoaded);
+        let again = Value::Array(vec![Value::Int(-2), Value::BulkString(b"77".to_vec())]);
+        assert_eq!(
+            decode(again, None, 0).unwrap(),
+            Reservation::AlreadyOrdered { order_id: Some(77) }
+        );
+        assert_eq!(
+            decode(Value::Int(0), Some(0), 1).unwrap(),
+            Reservation::NotReplicated { acked: 0 }
+        );
+        assert!(decode(Value::Nil, None, 0).is_err());
+    }
+}
