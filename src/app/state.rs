@@ -177,7 +177,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
             tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");
         }
     }
-    let replication = crate::order::place::Replication::new(
+    let replication = crate::order::replication::Replication::new(
         &redis,
         settings.redis_wait_replicas,
         settings.redis_wait_timeout,

@@ -24,6 +24,7 @@
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 use super::id_worker::IdWorker;
+use super::replication::Replication;
 pub use super::reserve::Reservation;
 use super::reserve::{Ask, Reserver};
 use crate::clock::Clock;
@@ -107,38 +108,6 @@ fn unavailable(message: &'static str, retry_after_secs: u64) -> Refusal {
         retry_after_secs,
     }
 }
-
-/// Replicas an order's reservation must reach before it is acknowledged.
-#[derive(Clone)]
-pub struct Replication {
-    pub replicas: u32,
-    /// How long `WAIT` waits for them.
-    pub deadline: std::time::Duration,
-    /// Connections for script + `WAIT` pipelines, taken in turn.
-    pub links: Arc<[Redis]>,
-    pub next: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Replication {
-    /// `replicas` 0: none is awaited. Otherwise `links` handles on `redis`'s servers.
-    pub fn new(redis: &Redis, replicas: u32, deadline: std::time::Duration, timeout: std::time::Duration) -> Self {
-        let links = if replicas == 0 {
-            Vec::new()
-        } else {
-            (0..WAIT_LINKS).map(|_| redis.dedicated(timeout + deadline)).collect()
-        };
-        Self {
-            replicas,
-            deadline,
-            links: links.into(),
-            next: Default::default(),
-        }
-    }
-}
-
-/// Connections for orders awaiting replicas: each carries one order's `WAIT` at a
-/// time, for about one replication round trip.
-const WAIT_LINKS: usize = 16;
 
 /// What placing an order needs.
 #[derive(Clone)]

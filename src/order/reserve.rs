@@ -17,7 +17,7 @@
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 each call is followed by `WAIT` in
 //! the same pipeline, over the replication links, and an order is acknowledged
 //! only once that many replicas hold its call's writes.
-use super::place::Replication;
+use super::replication::{reserve_and_wait, Replication};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
@@ -66,11 +66,14 @@ pub struct Ask {
 
 type Answer = anyhow::Result<Reservation>;
 
+/// The orders at a gate, each with where its answer goes.
+type Waiting = Vec<(Ask, oneshot::Sender<Answer>)>;
+
 /// The orders waiting for one shard, and whether a call for it is in flight.
 struct Gate {
     voucher: i64,
     keys: [String; 4],
-    state: Mutex<(bool, Vec<(Ask, oneshot::Sender<Answer>)>)>,
+    state: Mutex<(bool, Waiting)>,
 }
 
 /// Every gate of this process, with what a call needs.
@@ -132,7 +135,7 @@ impl Reserver {
     /// Calls until no order waits at `gate`, then opens it.
     async fn drain(&self, redis: &Redis, gate: &Gate) {
         loop {
-            let batch: Vec<(Ask, oneshot::Sender<Answer>)> = {
+            let batch: Waiting = {
                 let mut state = gate.state.lock().expect("gate poisoned");
                 if state.1.is_empty() {
                     state.0 = false;
@@ -223,35 +226,6 @@ fn decode(reply: Value, acked: Option<i64>, replicas: u32) -> anyhow::Result<Res
         }
         other => anyhow::bail!("reserve.lua returned an unknown reply {other:?}"),
     })
-}
-
-/// The script (EVALSHA, or EVAL once if the server does not know it yet) and
-/// `WAIT replicas deadline` in one pipeline: the script's reply and how many
-/// replicas acknowledged its writes.
-async fn reserve_and_wait(
-    conn: &mut crate::redis_conn::Conn,
-    keys: &[String],
-    args: &[i64],
-    r: &Replication,
-) -> redis::RedisResult<(Value, i64)> {
-    let wait_ms = r.deadline.as_millis().max(1) as u64;
-    let pipeline = |script: redis::Cmd| {
-        let mut script = script;
-        script.arg(keys.len()).arg(keys).arg(args);
-        let mut pipe = redis::pipe();
-        pipe.add_command(script).cmd("WAIT").arg(r.replicas).arg(wait_ms);
-        pipe
-    };
-    let mut evalsha = redis::cmd("EVALSHA");
-    evalsha.arg(RESERVE.get_hash());
-    match pipeline(evalsha).query_async(conn).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            let mut eval = redis::cmd("EVAL");
-            eval.arg(include_str!("../../lua/reserve.lua"));
-            pipeline(eval).query_async(conn).await
-        }
-        other => other,
-    }
 }
 
 #[cfg(test)]
