@@ -21,11 +21,19 @@
 -- API after this script, or RabbitMQ being down, cannot lose it). All four keys share
 -- the shard's hash tag, so the script also runs on Redis Cluster.
 --
+-- Nothing is written before every order is decided, and the writes come in the
+-- order of a single order's script: the decrement, the marks, the index, then the
+-- outbox entries. A stock that is not an integer, or a call of more orders than a
+-- call may carry, is an error before any write.
+--
 -- Why a batch: the orders that reach one API process for one shard while its
 -- previous call is in flight travel in the next call (see src/order/reserve.rs), so
 -- Redis parses, runs and answers one call for many orders. The marks, the index and
 -- the decrement are written once per call, after every order was decided.
 local n = (#ARGV - 1) / 3
+if n ~= math.floor(n) or n > 1000 then
+  return redis.error_reply('reserve.lua: a voucher id and three values per order, at most 1000 orders')
+end
 local out = {}
 local stock = redis.call('GET', KEYS[1])
 if not stock then
@@ -34,11 +42,15 @@ if not stock then
   end
   return out
 end
+if not string.match(stock, '^%-?%d+$') then
+  return redis.error_reply('reserve.lua: the stock is not an integer')
+end
 stock = tonumber(stock)
 local taken = 0
 local marks = {}
 local index = {}
 local mine = {}
+local entries = {}
 for i = 1, n do
   local user = ARGV[3 * i - 1]
   local id = ARGV[3 * i]
@@ -56,7 +68,7 @@ for i = 1, n do
     marks[#marks + 1] = id
     index[#index + 1] = id
     index[#index + 1] = user .. ':' .. at
-    redis.call('XADD', KEYS[4], '*', 'o', id, 'u', user, 'v', ARGV[1], 't', at)
+    entries[#entries + 1] = {id, user, at}
     out[i] = stock
   end
 end
@@ -64,5 +76,8 @@ if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
   redis.call('HSET', KEYS[2], unpack(marks))
   redis.call('HSET', KEYS[3], unpack(index))
+  for _, e in ipairs(entries) do
+    redis.call('XADD', KEYS[4], '*', 'o', e[1], 'u', e[2], 'v', ARGV[1], 't', e[3])
+  end
 end
 return out

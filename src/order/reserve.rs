@@ -128,17 +128,20 @@ impl Reserver {
             let (me, redis) = (self.clone(), redis.clone());
             tokio::spawn(async move { me.drain(&redis, &gate).await });
         }
-        rx.await
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the reservation's call was dropped")))
+        rx.await.unwrap_or_else(|_| Err(lost_answer()))
     }
 
     /// Calls until no order waits at `gate`, then opens it.
     async fn drain(&self, redis: &Redis, gate: &Gate) {
+        let mut opener = Opener { gate, armed: true };
         loop {
             let batch: Waiting = {
                 let mut state = gate.state.lock().expect("gate poisoned");
+                // A request gone (its client left) before its call: nothing to reserve.
+                state.1.retain(|(_, tx)| !tx.is_closed());
                 if state.1.is_empty() {
                     state.0 = false;
+                    opener.armed = false;
                     return;
                 }
                 let n = state.1.len().min(MAX_BATCH);
@@ -148,12 +151,16 @@ impl Reserver {
             match self.call(redis, gate, &asks).await {
                 Ok(answers) => {
                     for ((_, tx), answer) in batch.into_iter().zip(answers) {
-                        let _ = tx.send(Ok(answer));
+                        let _ = tx.send(answer);
                     }
                 }
                 Err(e) => {
+                    // Every order waiting now shares the failure: a Redis that does not
+                    // answer would otherwise fail the waiting batches one deadline at a
+                    // time, the last one minutes later.
+                    let more = std::mem::take(&mut gate.state.lock().expect("gate poisoned").1);
                     let shared = format!("{e:#}");
-                    for (_, tx) in batch {
+                    for (_, tx) in batch.into_iter().chain(more) {
                         let _ = tx.send(Err(match e.chain().find_map(|c| c.downcast_ref::<RedisError>()) {
                             Some(redis) => anyhow::Error::new(redis.clone()).context(shared.clone()),
                             None => anyhow::anyhow!("{shared}"),
@@ -165,14 +172,14 @@ impl Reserver {
     }
 
     /// One call of the script (and `WAIT`) for `asks`: one answer each.
-    async fn call(&self, redis: &Redis, gate: &Gate, asks: &[Ask]) -> anyhow::Result<Vec<Reservation>> {
+    async fn call(&self, redis: &Redis, gate: &Gate, asks: &[Ask]) -> anyhow::Result<Vec<Answer>> {
         let r = &self.replication;
         let redis = match r.replicas {
             0 => redis,
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
         let Some((mut conn, _epoch)) = redis.verified_for(gate.voucher).await? else {
-            return Ok(asks.iter().map(|_| Reservation::Unverified).collect());
+            return Ok(asks.iter().map(|_| Ok(Reservation::Unverified)).collect());
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
@@ -202,18 +209,77 @@ impl Reserver {
                 asks.len()
             );
         }
-        replies.into_iter().map(|v| decode(v, acked, r.replicas)).collect()
+        let decided: Vec<Answer> = replies.into_iter().map(decode_reply).collect();
+        // Fewer replicas than required hold this call's writes: no order it admitted
+        // is acknowledged, nor an answer that stems from one (an "already ordered"
+        // naming an order of this call, a "sold out" after this call took units):
+        // a failover could lose them.
+        let Some(acked) = acked.filter(|a| *a < r.replicas as i64) else {
+            return Ok(decided);
+        };
+        let ids: std::collections::HashSet<i64> = asks.iter().map(|a| a.order_id).collect();
+        let took = decided.iter().any(|d| matches!(d, Ok(Reservation::Accepted { .. })));
+        Ok(decided
+            .into_iter()
+            .map(|d| d.map(|d| short_of_replicas(d, acked, &ids, took)))
+            .collect())
     }
 }
 
-/// One order's reply (see `lua/reserve.lua`), with the replicas that acknowledged
-/// its call (`None`: none awaited).
-fn decode(reply: Value, acked: Option<i64>, replicas: u32) -> anyhow::Result<Reservation> {
+/// The answer of an order whose call ended without one (its task was stopped, e.g.
+/// at shutdown): the order may exist; a transient error, so 503 and a safe retry.
+fn lost_answer() -> anyhow::Error {
+    anyhow::Error::new(RedisError::from((
+        redis::ErrorKind::Io,
+        "the reservation's call ended without an answer; the order may exist",
+    )))
+}
+
+/// Opens the gate and answers every order waiting at it (with [`lost_answer`])
+/// when a drain stops before its end (its task stopped, a panic), unless disarmed:
+/// no order waits forever for a call nobody will make.
+struct Opener<'a> {
+    gate: &'a Gate,
+    armed: bool,
+}
+
+impl Drop for Opener<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let waiting = {
+            let mut state = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.0 = false;
+            std::mem::take(&mut state.1)
+        };
+        for (_, tx) in waiting {
+            let _ = tx.send(Err(lost_answer()));
+        }
+    }
+}
+
+/// One order's answer from a call that fewer replicas than required acknowledged
+/// (`acked`): what the call admitted, or decided because of what it admitted, is
+/// not acknowledged. `ids`: the call's orders; `took`: whether it admitted any.
+fn short_of_replicas(
+    decided: Reservation,
+    acked: i64,
+    ids: &std::collections::HashSet<i64>,
+    took: bool,
+) -> Reservation {
+    match decided {
+        Reservation::Accepted { .. } => Reservation::NotReplicated { acked },
+        Reservation::AlreadyOrdered { order_id: Some(id) } if ids.contains(&id) => Reservation::NotReplicated { acked },
+        Reservation::SoldOut if took => Reservation::NotReplicated { acked },
+        other => other,
+    }
+}
+
+/// One order's reply (see `lua/reserve.lua`).
+fn decode_reply(reply: Value) -> anyhow::Result<Reservation> {
     Ok(match reply {
-        Value::Int(n) if n >= 0 => match acked {
-            Some(acked) if acked < replicas as i64 => Reservation::NotReplicated { acked },
-            _ => Reservation::Accepted { stock_left: n },
-        },
+        Value::Int(n) if n >= 0 => Reservation::Accepted { stock_left: n },
         Value::Int(-1) => Reservation::SoldOut,
         Value::Int(-3) => Reservation::NotLoaded,
         // {-2, the shopper's order id}.
@@ -229,26 +295,4 @@ fn decode(reply: Value, acked: Option<i64>, replicas: u32) -> anyhow::Result<Res
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_decode_as_one_order_each() {
-        assert_eq!(
-            decode(Value::Int(3), None, 0).unwrap(),
-            Reservation::Accepted { stock_left: 3 }
-        );
-        assert_eq!(decode(Value::Int(-1), None, 0).unwrap(), Reservation::SoldOut);
-        assert_eq!(decode(Value::Int(-3), None, 0).unwrap(), Reservation::NotLoaded);
-        let again = Value::Array(vec![Value::Int(-2), Value::BulkString(b"77".to_vec())]);
-        assert_eq!(
-            decode(again, None, 0).unwrap(),
-            Reservation::AlreadyOrdered { order_id: Some(77) }
-        );
-        assert_eq!(
-            decode(Value::Int(0), Some(0), 1).unwrap(),
-            Reservation::NotReplicated { acked: 0 }
-        );
-        assert!(decode(Value::Nil, None, 0).is_err());
-    }
-}
+mod tests;

@@ -110,6 +110,35 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
         .await
         .unwrap();
     assert_eq!(marks, 0, "nothing admitted from a stock that is not there");
+    // A stock that is not an integer: an error before any write (Redis does not
+    // roll a script back: a write before the error would stay).
+    let odd = app.flash_sale(5).await;
+    let _: () = redis::cmd("SET")
+        .arg(keys.stock(odd))
+        .arg("5.0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let s = script();
+    let mut inv = s.key(keys.stock_at(odd, 0, 1));
+    inv.key(keys.buyers_at(odd, 0, 1))
+        .key(keys.orders_at(odd, 0, 1))
+        .key(keys.outbox_at(odd, 0, 1))
+        .arg(odd)
+        .arg(1)
+        .arg(301)
+        .arg(1_700_000_000_000i64);
+    let refused: redis::RedisResult<Value> = inv.invoke_async(&mut conn).await;
+    assert!(refused.is_err(), "{refused:?}");
+    let (marks, entries, stock): (i64, i64, String) = redis::pipe()
+        .hlen(keys.buyers(odd))
+        .cmd("XLEN")
+        .arg(keys.outbox(odd))
+        .get(keys.stock(odd))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((marks, entries, stock.as_str()), (0, 0, "5.0"), "nothing written");
 }
 
 /// Orders of this instance's script calls, and the calls.
