@@ -48,18 +48,7 @@ pub(crate) async fn setup(redis: &OwnRedis, stock: i64, first: i64, before_order
     let answers = wave(&app, v, 1..=first).await;
     let ids: HashSet<i64> = accepted(&answers).into_values().collect();
     assert_eq!(ids.len() as i64, first, "the first shoppers' orders accepted");
-    let mut conn = app.redis().await;
-    let outbox = ns.keys().outbox(v);
-    eventually(Duration::from_secs(10), || {
-        let (mut conn, outbox) = (conn.clone(), outbox.clone());
-        async move {
-            let n: i64 = redis::cmd("XLEN").arg(&outbox).query_async(&mut conn).await.ok()?;
-            (n == 0).then_some(())
-        }
-    })
-    .await
-    .expect("the relay published the first orders");
-    let _: redis::RedisResult<()> = redis::cmd("PING").query_async(&mut conn).await;
+    wait_relayed(&app, ns.keys().outbox(v)).await;
     let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
         .bind(v)
         .fetch_one(app.pg())

@@ -143,23 +143,9 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
 
 /// Orders of this instance's script calls, and the calls.
 async fn batches(app: &TestApp) -> (f64, f64) {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let get = |series: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series))
-            .map_or(0.0, |n| n.trim().parse().unwrap())
-    };
     (
-        get("seckill_reserve_lua_batch_orders_sum "),
-        get("seckill_reserve_lua_batch_orders_count "),
+        app.metric("seckill_reserve_lua_batch_orders_sum").await,
+        app.metric("seckill_reserve_lua_batch_orders_count").await,
     )
 }
 

@@ -144,21 +144,6 @@ async fn other_sale_whole(app: &TestApp, v: i64, scenario: &str) {
     assert_balanced(app, v).await;
 }
 
-/// Waits until the relay published `v`'s orders (its outbox is empty): with the
-/// worker frozen, they are then in RabbitMQ or the worker's hands only.
-async fn relayed(app: &TestApp, ns: &Namespace, v: i64) {
-    let (conn, outbox) = (app.redis().await, ns.keys().outbox(v));
-    eventually(Duration::from_secs(10), || {
-        let (mut conn, outbox) = (conn.clone(), outbox.clone());
-        async move {
-            let n: i64 = redis::cmd("XLEN").arg(&outbox).query_async(&mut conn).await.ok()?;
-            (n == 0).then_some(())
-        }
-    })
-    .await
-    .expect("the relay published the orders");
-}
-
 /// Waits until every replica of `master` is linked to it and holds all it wrote:
 /// a replica still in its first sync cannot be promoted.
 fn replicas_caught_up(cluster: &OwnCluster, master: u16) {
@@ -247,7 +232,7 @@ async fn on_cluster() -> OnCluster {
     signal(&worker, "STOP");
     let bought = sold(&app, target, 1..=10).await;
     sold(&app, other, 1..=10).await;
-    relayed(&app, &ns, target).await;
+    wait_relayed(&app, ns.keys().outbox(target)).await;
     tokio::task::block_in_place(|| replicas_caught_up(&cluster, master));
     OnCluster {
         ns,

@@ -214,6 +214,22 @@ impl TestApp {
         body["stats"].clone()
     }
 
+    /// The value of one series of this instance's `/metrics` (0 if absent).
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self
+            .client
+            .get(format!("{}/metrics", self.addr))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |n| n.trim().parse().unwrap())
+    }
+
     pub fn pg(&self) -> &sqlx::PgPool {
         &self.app().state().pg
     }

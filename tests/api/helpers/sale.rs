@@ -42,6 +42,22 @@ pub fn accepted(answers: &HashMap<i64, (StatusCode, Value)>) -> HashMap<i64, i64
         .collect()
 }
 
+/// Waits (10 s at most) until the relay published what `outbox` held: the stream
+/// is empty (with the worker frozen, the orders are then in RabbitMQ or in the
+/// worker's hands only).
+pub async fn wait_relayed(app: &TestApp, outbox: String) {
+    let conn = app.redis().await;
+    eventually(Duration::from_secs(10), || {
+        let (mut conn, outbox) = (conn.clone(), outbox.clone());
+        async move {
+            let n: i64 = redis::cmd("XLEN").arg(&outbox).query_async(&mut conn).await.ok()?;
+            (n == 0).then_some(())
+        }
+    })
+    .await
+    .expect("the relay published the orders");
+}
+
 /// Orders get answers other than 5xx again (the repair is done).
 pub async fn selling_again(app: &TestApp, voucher: i64, probe_user: i64) -> (StatusCode, Value) {
     eventually(Duration::from_secs(60), || async move {
