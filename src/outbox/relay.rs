@@ -194,11 +194,11 @@ impl Relay {
             for entry in stream.ids {
                 match parse_entry(&entry, epoch) {
                     // A sale under repair (its stream read through the registry):
-                    // the entry stays pending, for the repair to read.
-                    Some(o) if !sells(o.voucher_id) => {
-                        self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                        continue;
-                    }
+                    // the entry stays pending, for the repair to read, and is
+                    // claimed again once idle (no re-read of this consumer's
+                    // pending entries: they would be skipped again at once, round
+                    // after round, for as long as the repair lasts).
+                    Some(o) if !sells(o.voucher_id) => continue,
                     Some(o) => orders.push(o),
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
