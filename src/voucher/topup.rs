@@ -97,6 +97,7 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
             .await
             .context("reading a pending top-up")?;
     let Some(t) = pending else {
+        tx.rollback().await?;
         return Ok(true);
     };
     let shards = repo::shards(&mut *tx, t.voucher_id).await?;
@@ -115,6 +116,9 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
     .unwrap_or((0, false));
     if repairing {
         tracing::warn!(top_up = id, "the sale is being repaired; the top-up stays pending");
+        // At once, not when the pool next uses the connection: the repair marking
+        // pending top-ups done waits for this row's lock.
+        tx.rollback().await?;
         return Ok(false);
     }
     let mut conn = redis.conn().await?;
@@ -148,6 +152,7 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
             voucher_id = t.voucher_id,
             "the sale's stock is not loaded in Redis (or is being rebuilt); the top-up stays pending"
         );
+        tx.rollback().await?;
         return Ok(false);
     }
     sqlx::query("UPDATE stock_topups SET done_at = now() WHERE id = $1")
