@@ -198,6 +198,12 @@ impl Drop for OnCluster {
 }
 
 async fn on_cluster() -> OnCluster {
+    on_cluster_avoiding(None).await
+}
+
+/// [`on_cluster`], with the target sale on a master that does not hold `avoid`'s
+/// slot (`avoid` names a key of the namespace).
+async fn on_cluster_avoiding(avoid: Option<fn(&seckill::keys::Keys) -> String>) -> OnCluster {
     let ns = Namespace::new().await;
     let cluster = tokio::task::spawn_blocking(OwnCluster::start).await.unwrap();
     cluster.on_every_node(&["CONFIG", "SET", "cluster-require-full-coverage", "no"]);
@@ -214,7 +220,11 @@ async fn on_cluster() -> OnCluster {
     // Whichever master holds the counters and the epoch marker: after a failover
     // the repair's new epoch gives counters again, for every sale.
     let keys = ns.keys();
-    let target = app.flash_sale(300).await;
+    let avoided = avoid.map(|k| cluster.master_of(&k(&keys)).unwrap());
+    let mut target = app.flash_sale(300).await;
+    while avoided == cluster.master_of(&keys.stock(target)) {
+        target = app.flash_sale(300).await;
+    }
     let master = cluster.master_of(&keys.stock(target)).unwrap();
     // Every sale on that master is under repair, and only those.
     let (mut on_master, mut other) = (vec![target], None);
@@ -311,4 +321,53 @@ async fn a_master_that_lost_a_key_is_repaired_whole_and_the_others_sell_on() {
     let (status, body) = s.app.order(s.target, 500).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     only_the_masters_sales_close(&s, lost, "lost key").await;
+}
+
+/// A scoped repair under way (a master lost a key; the master of the Redis clock is
+/// another) when the clock's master goes back in time in the same process (here:
+/// its clock set back): the scope no longer covers what changed. The repair must
+/// stop and the next one take every sale, the other sale closing too, rather than
+/// finish and leave the other sales on a server that went back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_clock_going_back_during_a_scoped_repair_widens_it_to_every_sale() {
+    let s = on_cluster_avoiding(Some(|k| k.clock())).await;
+    let mut conn = s.app.redis().await;
+    let _: i64 = redis::cmd("DEL")
+        .arg(s.ns.keys().stock(s.target))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (status, body) = s.app.order(s.target, 500).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let (during, _) = other_sells_during_repair(&s.app, &s.on_master, s.other, 5).await;
+    assert_eq!(during, BTreeMap::from([(202, 5)]), "scoped at first");
+    let _: () = redis::cmd("SET")
+        .arg(s.ns.keys().clock())
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let widened = eventually(Duration::from_secs(15), || async {
+        let state = redis_state(&s.app).await;
+        (state["repairing"] == true && state["repair_sales"].is_null()).then_some(())
+    })
+    .await;
+    assert!(
+        widened.is_some(),
+        "a repair of every sale after the clock went back: {}",
+        redis_state(&s.app).await
+    );
+    let (status, body) = s.app.order(s.other, 200_000).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the other sale is closed too: {body}"
+    );
+    signal(&s.worker, "CONT");
+    repaired_sale_sells_the_rest(&s.app, s.target, 300, &s.bought, "clock back").await;
+    assert_ne!(
+        selling_again(&s.app, s.other, 200_001).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    other_sale_whole(&s.app, s.other, "clock back").await;
 }
