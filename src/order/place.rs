@@ -308,17 +308,6 @@ impl OrderDesk {
         })
     }
 
-    /// Runs the script once on shard 0 (a sale of one shard).
-    pub async fn reserve(
-        &self,
-        voucher_id: i64,
-        user_id: i64,
-        order_id: i64,
-        created_ms: i64,
-    ) -> anyhow::Result<Reservation> {
-        self.reserve_at(voucher_id, 0, 1, user_id, order_id, created_ms).await
-    }
-
     /// Runs the script for one order on one shard of the sale (with the other
     /// orders at that shard's gate, see `reserve.rs`).
     #[allow(clippy::too_many_arguments)]
