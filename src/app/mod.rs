@@ -177,7 +177,11 @@ impl Application {
         tracing::info!("stopped");
     }
 
-    /// Stops everything at once without finishing anything (crash tests).
+    /// Stops everything at once without finishing anything (crash tests), and
+    /// closes its connections as the end of a killed process would: a transaction
+    /// an aborted task left open (sqlx rolls a dropped one back only when the
+    /// connection is used again) must not keep its row locks, nor a consumer its
+    /// unacknowledged deliveries, for as long as the test lives.
     pub async fn abort(self) {
         if let Some((handle, join)) = self.server {
             join.abort();
@@ -185,5 +189,11 @@ impl Application {
         }
         self.stop.cancel();
         self.tasks.abort();
+        let close = async {
+            self.state.broker.close().await;
+            self.state.pg.close().await;
+            self.state.background_pg.close().await;
+        };
+        let _ = tokio::time::timeout(SHUTDOWN_DEADLINE, close).await;
     }
 }
