@@ -79,7 +79,7 @@ async fn cluster_app(ns: &Namespace, http_workers: &str) -> (OwnCluster, TestApp
     (cluster, app)
 }
 
-/// Two sales of 1,000, each sold once and persisted: one on a master that holds
+/// Two sales of 20,000 (more than the test loops can sell in their seconds), each sold once and persisted: one on a master that holds
 /// neither the order-id nor the order-number counter (the one to stop: its sale,
 /// its master), one on another master.
 async fn two_sales(app: &TestApp, cluster: &OwnCluster, keys: &seckill::keys::Keys) -> ((i64, u16), i64) {
@@ -91,7 +91,7 @@ async fn two_sales(app: &TestApp, cluster: &OwnCluster, keys: &seckill::keys::Ke
     let busy: Vec<u16> = counters.iter().map(|k| cluster.master_of(k).unwrap()).collect();
     let (mut stopped, mut healthy) = (None, None);
     for _ in 0..60 {
-        let v = app.flash_sale(1000).await;
+        let v = app.flash_sale(20_000).await;
         let m = cluster.master_of(&keys.stock(v)).unwrap();
         match (stopped, healthy) {
             (None, _) if !busy.contains(&m) => stopped = Some((v, m)),
