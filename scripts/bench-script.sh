@@ -6,9 +6,9 @@
 #
 #   scripts/bench-script.sh [--rev <git revision>] [--requests 200000]
 #
-# --rev: also run that revision's lua/reserve.lua, one order per call (a script of
-# the old shape takes user, order id, created_ms, voucher id), for a before/after
-# in one run.
+# --rev: also run that revision's lua/reserve.lua, for a before/after in one run:
+# one order per call for a script of the old shape (user, order id, created_ms,
+# voucher id), calls of 1 and 16 for a batch script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV="" REQUESTS=200000
@@ -53,9 +53,18 @@ run() {
 
 NEW=$(cli script load "$(cat lua/reserve.lua)")
 if [ -n "$REV" ]; then
-  OLD=$(cli script load "$(git show "$REV:lua/reserve.lua")")
-  run "$REV reserve.lua, accepting" "$OLD" 1 1000000000 1
-  run "$REV reserve.lua, refusing" "$OLD" 1 0 1
+  OLD_SRC=$(git show "$REV:lua/reserve.lua")
+  OLD=$(cli script load "$OLD_SRC")
+  if grep -q 'three values per order' <<<"$OLD_SRC"; then
+    # A batch script already (a voucher id, then three values per order).
+    for per in 1 16; do
+      run "$REV reserve.lua, accepting" "$OLD" "$per" 1000000000 0
+      run "$REV reserve.lua, refusing" "$OLD" "$per" 0 0
+    done
+  else
+    run "$REV reserve.lua, accepting" "$OLD" 1 1000000000 1
+    run "$REV reserve.lua, refusing" "$OLD" 1 0 1
+  fi
 fi
 for per in 1 16; do
   run "reserve.lua, accepting" "$NEW" "$per" 1000000000 0

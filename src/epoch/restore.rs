@@ -202,8 +202,8 @@ pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str) -> Re
             .context("reading an outbox")?;
         let n = reply.ids.len();
         for e in &reply.ids {
-            if let Some(o) = crate::outbox::relay::parse_entry(e, 0) {
-                out.push(o);
+            if let Some(orders) = crate::outbox::entry::parse(e, 0) {
+                out.extend(orders);
             }
         }
         match reply.ids.last() {

@@ -7,6 +7,7 @@
 //! again (first its own, on every (re)connect; then entries other relays left pending
 //! longer than the claim timeout, taken over with XAUTOCLAIM). A message published
 //! twice is harmless: the worker inserts by order id.
+pub mod entry;
 pub mod relay;
 
 pub use relay::Relay;

@@ -14,7 +14,6 @@ use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel};
-use redis::streams::StreamId;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +42,10 @@ pub struct Relay {
     left_pending: std::sync::atomic::AtomicBool,
     /// When each failing slot was last logged as a warning.
     slot_warned: std::sync::Mutex<HashMap<u16, Instant>>,
+    /// Orders per outbox entry in the last round that read any (at least 1): an
+    /// entry carries the orders of one `reserve.lua` call, so a read asks for
+    /// about `batch` orders' worth of entries ([`Relay::entries_per_read`]).
+    per_entry: std::sync::atomic::AtomicUsize,
 }
 
 /// One outbox stream's key (a voucher's, or one of its shards').
@@ -98,7 +101,16 @@ impl Relay {
             registry: Default::default(),
             left_pending: Default::default(),
             slot_warned: Default::default(),
+            per_entry: std::sync::atomic::AtomicUsize::new(1),
         }
+    }
+
+    /// How many entries one read of an outbox asks for: about `batch` orders, as
+    /// many orders per entry as the last round saw. A message then carries about
+    /// `batch` orders per outbox read (one entry at least), whether the calls that
+    /// wrote the entries carried one order each or a crowd's worth.
+    fn entries_per_read(&self) -> usize {
+        (self.batch / self.per_entry.load(std::sync::atomic::Ordering::Relaxed).max(1)).max(1)
     }
 
     /// Runs until `stop`. The round in progress finishes before it returns.
@@ -189,17 +201,21 @@ impl Relay {
         let reply = self.read(&mut conn, &streams, read).await?;
         let Some(reply) = reply else { return Ok(0) };
         let mut orders = Vec::new();
+        let mut entries = 0;
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
         for stream in reply.keys {
             for entry in stream.ids {
-                match parse_entry(&entry, epoch) {
+                match crate::outbox::entry::parse(&entry, epoch) {
                     // A sale under repair (its stream read through the registry):
                     // the entry stays pending, for the repair to read, and is
                     // claimed again once idle (no re-read of this consumer's
                     // pending entries: they would be skipped again at once, round
                     // after round, for as long as the repair lasts).
-                    Some(o) if !sells(o.voucher_id) => continue,
-                    Some(o) => orders.push(o),
+                    Some(os) if os.first().is_some_and(|o| !sells(o.voucher_id)) => continue,
+                    Some(os) => {
+                        entries += 1;
+                        orders.extend(os);
+                    }
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
                     None => {
@@ -211,6 +227,10 @@ impl Relay {
         }
         if done.is_empty() {
             return Ok(0);
+        }
+        if entries > 0 {
+            self.per_entry
+                .store(orders.len().div_ceil(entries), std::sync::atomic::Ordering::Relaxed);
         }
         if !orders.is_empty() {
             // Recorded before the publish, under the epoch they were read in (see
@@ -262,14 +282,4 @@ impl Relay {
         .await
         .context("publishing an order batch")
     }
-}
-
-pub fn parse_entry(entry: &StreamId, epoch: i64) -> Option<OrderMsg> {
-    Some(OrderMsg {
-        id: entry.get("o")?,
-        user_id: entry.get("u")?,
-        voucher_id: entry.get("v")?,
-        created_ms: entry.get("t")?,
-        epoch,
-    })
 }

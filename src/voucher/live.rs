@@ -12,11 +12,12 @@ use utoipa::ToSchema;
 /// The sale's outbox, as the relay sees it: every shard's stream of a sharded sale.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RelayState {
-    /// Admitted orders not yet published to RabbitMQ (entries in the sale's
-    /// outbox streams, every shard's).
+    /// Entries in the sale's outbox streams (every shard's) not yet published to
+    /// RabbitMQ. An entry carries the orders one call of the order script
+    /// admitted: one order at a time, or several that arrived together.
     pub outbox_backlog: i64,
     /// How long the oldest of them has waited, in milliseconds by Redis's clock
-    /// (the entry's id is Redis's time when the order was admitted); 0 when the
+    /// (the entry's id is Redis's time when its orders were admitted); 0 when the
     /// outbox is empty.
     pub lag_ms: i64,
     /// A sharded sale's (`stock_shards` > 1) backlog per shard, in shard order

@@ -248,7 +248,9 @@ async fn the_live_numbers_follow_a_sale() {
     })
     .await
     .expect("the relay's lag grows while no relay runs");
-    assert_eq!(waiting["relay"]["outbox_backlog"], 3);
+    // Entries: the three orders left in one, two or three calls of the script.
+    let backlog = waiting["relay"]["outbox_backlog"].as_i64().unwrap();
+    assert!((1..=3).contains(&backlog), "{waiting:#}");
     assert_eq!(waiting["orders"]["accepted"], 3);
     assert_eq!(waiting["orders"]["persisted"], 0);
     assert_eq!(waiting["stats"]["stock_remaining"], 7);

@@ -282,10 +282,14 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
                         .query_async(&mut redis)
                         .await
                         .unwrap();
-                    destroyed
-                        .lock()
-                        .unwrap()
-                        .extend(entries.ids.iter().filter_map(|e| e.get::<i64>("o")));
+                    destroyed.lock().unwrap().extend(
+                        entries
+                            .ids
+                            .iter()
+                            .filter_map(|e| seckill::outbox::entry::parse(e, 0))
+                            .flatten()
+                            .map(|o| o.id),
+                    );
                 }
                 None => {
                     let mut rest = redis::pipe();

@@ -81,11 +81,11 @@ impl Relay {
         let replies = futures::future::join_all(by_slot.iter().map(|(_, group)| {
             let mut conn = conn.clone();
             async move {
-                match read_group(&mut conn, &self.consumer, self.batch, group, read, block).await {
+                match read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await {
                     // Redis lost the consumer group (or the stream): made again.
                     Err(e) if e.code() == Some("NOGROUP") => {
                         self.ensure_groups(group).await?;
-                        Ok(read_group(&mut conn, &self.consumer, self.batch, group, read, block).await?)
+                        Ok(read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await?)
                     }
                     other => Ok(other?),
                 }

@@ -85,8 +85,9 @@ pub struct RedisBooks {
     pub orders_admitted: i64,
     /// Cancelled orders whose unit went back on sale in Redis.
     pub units_returned: i64,
-    /// Entries in the sale's outbox stream: admitted orders whose publish RabbitMQ
-    /// has not confirmed yet.
+    /// Entries in the sale's outbox streams whose publish RabbitMQ has not
+    /// confirmed yet, each carrying the orders one call of the order script
+    /// admitted.
     pub outbox: i64,
     /// A sharded sale's units given by one shard and not yet taken by another (a
     /// move under way, or left by a process that died mid-move: the recovery pass
@@ -102,7 +103,9 @@ pub struct InFlight {
     /// sale's orders in Postgres (all statuses). Wherever they are: the outbox,
     /// RabbitMQ, a worker.
     pub orders: i64,
-    /// Entries in the sale's outbox stream (`redis.outbox`): not yet published.
+    /// Entries in the sale's outbox streams (`redis.outbox`): not yet published.
+    /// An entry carries the orders one call of the order script admitted (one,
+    /// or several that arrived together), as a queue message carries a batch.
     /// An entry leaves once RabbitMQ confirmed its publish, which can be a moment
     /// after the worker stored the order.
     pub outbox: i64,

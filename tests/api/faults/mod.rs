@@ -185,10 +185,14 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
             rest.del(k).ignore();
         }
         let () = rest.query_async(&mut redis).await.unwrap();
-        destroyed
-            .lock()
-            .unwrap()
-            .extend(entries.ids.iter().filter_map(|e| e.get::<i64>("o")));
+        destroyed.lock().unwrap().extend(
+            entries
+                .ids
+                .iter()
+                .filter_map(|e| seckill::outbox::entry::parse(e, 0))
+                .flatten()
+                .map(|o| o.id),
+        );
         // Refused, never sold from nothing: 503 while the sale is rebuilt, or sold
         // out from this instance's flag if the crowd had already sold it out.
         let (status, body) = app.order(v, 9_999).await;
