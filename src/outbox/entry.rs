@@ -22,7 +22,7 @@ pub fn parse(entry: &StreamId, epoch: i64) -> Option<Vec<OrderMsg>> {
         }]);
     };
     let values: Vec<&str> = packed.split(',').collect();
-    if values.is_empty() || values.len() % 3 != 0 {
+    if values.is_empty() || !values.len().is_multiple_of(3) {
         return None;
     }
     values
