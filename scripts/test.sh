@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/services.sh
 python3 scripts/check_compose.py docker-compose.yml
 # No two source files may import each other, directly or through others.
+python3 scripts/import_cycles.py --self-test
 python3 scripts/import_cycles.py
 # The k6 scenarios load (`k6 inspect` runs their init code) before the long suite;
 # scripts/k6_smoke.sh runs them at the end.
