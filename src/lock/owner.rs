@@ -1,6 +1,6 @@
 //! Holders and held locks: taking (with a wait), the watchdog that keeps a lease,
 //! and release.
-use super::{LockService, ReleaseError, ACQUIRE, MAX_NAP, RELEASE, RENEW};
+use super::service::{LockService, ReleaseError, ACQUIRE, MAX_NAP, RELEASE, RENEW};
 use anyhow::{Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -196,6 +196,16 @@ impl Drop for LockGuard {
                 },
                 &self.owner.svc.main_runtime,
             );
+        }
+    }
+}
+
+impl LockService {
+    /// A new holder identity: give one to each task that takes locks.
+    pub fn owner(self: &Arc<Self>) -> Owner {
+        Owner {
+            svc: self.clone(),
+            id: format!("{}:{}", self.instance, uuid::Uuid::new_v4().simple()),
         }
     }
 }
