@@ -1,7 +1,7 @@
 //! Tokens verified lately: a shopper sends the same token with every retry all
 //! through a sale, and looking it up costs a fraction of an HMAC and two JSON
 //! parses.
-use super::Caller;
+use super::caller::Caller;
 
 /// Tokens that passed verification, with what they say, until they expire. Keyed
 /// by the whole token, so only the very bytes that were verified match. Bounded:

@@ -2,7 +2,8 @@
 //! [`ServiceCaller`] for the sequences, [`Shopper`] for ordering, paying,
 //! cancelling and "mine" (an `admin` or `service` token is not a shopper: 403).
 //! A valid token without the role gets 403 `forbidden`.
-use super::{caller_of, Caller, Role};
+use super::caller::{Caller, Role};
+use super::extract::caller_of;
 use crate::http::ApiError;
 use actix_web::{dev::Payload, FromRequest, HttpRequest};
 use std::future::{ready, Ready};

@@ -1,6 +1,8 @@
 //! Tokens: signatures, roles, lifetimes, `nbf`, `iss` and `aud`, and the cache of
 //! verified tokens.
+use super::jwt::unix_now;
 use super::*;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
 #[test]
 fn round_trip_keeps_user_and_role() {
