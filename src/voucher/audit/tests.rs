@@ -1,4 +1,8 @@
+//! Unit tests of the books: the checks, what unbalances them and the streak of
+//! unbalanced rounds.
+use super::books::*;
 use super::*;
+use std::collections::HashSet;
 
 /// A sale of 10 with `cancelled` units returned.
 fn sample(

@@ -11,8 +11,17 @@
 //! top-up first. What it does not see is Redis itself losing or gaining units
 //! behind the service's back on an idle sharded sale: the order that meets a lost
 //! shard, the epoch guard, or `GET …/audit` (always a full read) tell those.
-use super::*;
-use std::collections::HashMap;
+use super::books::{books, postgres_books, Lookup, PostgresBooks};
+use crate::clock::Clock;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
+use crate::voucher::cache::VoucherCache;
+use sqlx::PgPool;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Sales unbalanced in the previous audit round, to count those unbalanced twice.
 #[derive(Debug, Default)]
