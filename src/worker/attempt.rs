@@ -1,7 +1,7 @@
 //! One batch's way into Postgres: retried while the failure is passing, up to the
 //! hold limit; and what it counts.
 use super::persist::{self, Outcome};
-use super::Worker;
+use super::setup::Worker;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 

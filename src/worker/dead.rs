@@ -1,7 +1,7 @@
 //! Messages the worker cannot persist as usual: one the database refuses as such
 //! (its orders are stored `failed`), and what RabbitMQ dead-lettered.
 use super::persist;
-use super::Worker;
+use super::setup::Worker;
 use crate::order::model::OrderBatch;
 use anyhow::{Context, Result};
 use lapin::message::Delivery;

@@ -1,6 +1,6 @@
 //! What a worker holds: deliveries received and not settled, counted while held
 //! and reported to Postgres for the Redis repair (see [`crate::epoch`]).
-use super::Worker;
+use super::setup::Worker;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

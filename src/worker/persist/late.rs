@@ -1,7 +1,8 @@
 //! Orders that crossed a Redis repair: accounted for in Redis before they are
 //! stored (see [`crate::epoch`]), and refused ones stored failed.
 use super::columns::Columns;
-use super::{Ctx, PersistError};
+use super::ctx::Ctx;
+use super::error::PersistError;
 use crate::order::OrderMsg;
 use redis::Script;
 use sqlx::PgPool;

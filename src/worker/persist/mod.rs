@@ -14,47 +14,20 @@
 //! redelivery near the end of a sale, or Redis out of step) is checked order by
 //! order before inserting.
 mod columns;
+mod ctx;
 mod error;
 mod late;
 mod skipped;
 
+use ctx::{order_numbers, Row};
+pub use ctx::{Ctx, Outcome};
 pub use error::PersistError;
 pub use late::store_failed;
 
-use crate::keys::Keys;
 use crate::order::OrderMsg;
-use crate::redis_conn::Redis;
-use crate::sequence::{Sequences, ORDER_RULE, ORDER_TENANT};
 use columns::Columns;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Outcome {
-    pub created: usize,
-    pub duplicates: usize,
-    pub failed: usize,
-    /// Orders whose id a *different* order already had (ids issued twice): stored
-    /// under a fresh id, findable by the id their shopper was given.
-    pub id_collisions: usize,
-    /// Orders whose business number was already taken: numbered again.
-    pub number_collisions: usize,
-    /// Orders in flight across a Redis repair whose unit or shopper was sold again
-    /// before they arrived: stored `failed`.
-    pub late_conflicts: usize,
-}
-
-/// What persisting needs besides the batch.
-#[derive(Clone)]
-pub struct Ctx {
-    pub pg: PgPool,
-    pub sequences: Sequences,
-    pub redis: Redis,
-    pub keys: Keys,
-}
-
-/// One order and why the database refuses it, if it does.
-type Row = (OrderMsg, Option<&'static str>);
 
 pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
@@ -208,18 +181,6 @@ fn within_stock(orders: Vec<OrderMsg>, stock: &HashMap<i64, i32>, late_conflicts
             (o, failure)
         })
         .collect()
-}
-
-/// `count` business numbers of the `order` rule (none for 0).
-async fn order_numbers(sequences: &Sequences, count: usize) -> Result<Vec<String>, PersistError> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    sequences
-        .next(ORDER_RULE, ORDER_TENANT, count as u64)
-        .await
-        .map_err(PersistError::Numbers)?
-        .ok_or_else(|| PersistError::Numbers(anyhow::anyhow!("the sequence rule 'order' is missing")))
 }
 
 /// Takes the units of the created orders from Postgres's stock.

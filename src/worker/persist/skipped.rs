@@ -4,7 +4,8 @@
 //! the shopper already has a live order (the unique index refused it: an incident,
 //! stored failed).
 use super::columns::Columns;
-use super::{order_numbers, PersistError, Row};
+use super::ctx::{order_numbers, Row};
+use super::error::PersistError;
 use crate::order::OrderMsg;
 use crate::sequence::Sequences;
 use sqlx::PgConnection;

@@ -1,0 +1,185 @@
+//! Consuming: the connection to RabbitMQ, the loop that gathers whatever has
+//! arrived into one batch, and settling each delivery after its transaction.
+use super::attempt::Persisted;
+use super::hands::Held;
+use super::setup::Worker;
+use super::timeout;
+use crate::order::model::OrderBatch;
+use anyhow::{Context, Result};
+use futures::{FutureExt, StreamExt};
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::types::FieldTable;
+use lapin::Channel;
+use tokio_util::sync::CancellationToken;
+
+impl Worker {
+    /// Consumes until `stop`, reconnecting after failures.
+    pub async fn run(&self, stop: CancellationToken) {
+        crate::supervise::supervise("worker", &stop, || self.run_connected(&stop)).await
+    }
+
+    async fn run_connected(&self, stop: &CancellationToken) -> Result<()> {
+        let (conn, channel) = self.broker.open().await?;
+        channel
+            .basic_qos(self.prefetch, BasicQosOptions::default())
+            .await
+            .context("setting the prefetch window")?;
+        // Payment timeouts are published on their own channel, with confirms.
+        let timeouts = conn.create_channel().await.context("opening the timeout channel")?;
+        timeouts
+            .confirm_select(Default::default())
+            .await
+            .context("enabling confirms on the timeout channel")?;
+        let mut consumer = channel
+            .basic_consume(
+                self.broker.keys().orders_queue().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .context("starting to consume orders")?;
+        let dead_channel = conn.create_channel().await.context("opening the dead-letter channel")?;
+        dead_channel
+            .basic_qos(1, BasicQosOptions::default())
+            .await
+            .context("setting the dead-letter prefetch")?;
+        let mut dead = dead_channel
+            .basic_consume(
+                self.broker.keys().dead_queue().into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .context("starting to consume dead letters")?;
+        tracing::info!("worker consuming");
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => break,
+                d = consumer.next() => d,
+                d = dead.next() => {
+                    let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
+                    let _held = Held::new(&self.holding, 1);
+                    self.handle_dead(&timeouts, d, stop).await?;
+                    continue;
+                }
+            };
+            let mut deliveries = vec![first.context("the consumer ended")?.context("receiving a delivery")?];
+            // Whatever else has already arrived joins this batch; nothing waits for more.
+            while deliveries.len() < self.prefetch as usize {
+                match consumer.next().now_or_never() {
+                    Some(Some(Ok(d))) => deliveries.push(d),
+                    _ => break,
+                }
+            }
+            let _held = Held::new(&self.holding, deliveries.len());
+            self.handle(&timeouts, deliveries, stop).await?;
+        }
+        // Unacknowledged deliveries return to the queue when the channel closes.
+        let _ = conn.close(200, "worker stopping".into()).await;
+        Ok(())
+    }
+
+    /// Persists the orders of `deliveries` and settles each delivery.
+    pub async fn handle(&self, timeouts: &Channel, deliveries: Vec<Delivery>, stop: &CancellationToken) -> Result<()> {
+        let mut good: Vec<(Delivery, OrderBatch)> = Vec::new();
+        for d in deliveries {
+            match serde_json::from_slice::<OrderBatch>(&d.data) {
+                Ok(b) => good.push((d, b)),
+                Err(e) => {
+                    tracing::error!(error = %e, bytes = d.data.len(), "poison message; dead-lettering it");
+                    self.metrics.worker_poison.inc();
+                    d.reject(BasicRejectOptions { requeue: false })
+                        .await
+                        .context("rejecting a poison message")?;
+                }
+            }
+        }
+        // Keep transactions to the configured size: split into chunks of whole messages.
+        let mut start = 0;
+        while start < good.len() {
+            let mut end = start;
+            let mut n = 0;
+            while end < good.len() && (end == start || n + good[end].1.orders.len() <= self.batch) {
+                n += good[end].1.orders.len();
+                end += 1;
+            }
+            let chunk = &good[start..end];
+            let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
+            match self.persist_retrying(&orders, stop).await {
+                Persisted::Done(outcome) => {
+                    self.count(outcome);
+                    // Scheduled before the ack: a crash in between redelivers the
+                    // batch, which schedules them again (the timeout is idempotent).
+                    let ids = orders.iter().map(|o| o.id).collect();
+                    timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
+                    for (d, _) in chunk {
+                        d.ack(BasicAckOptions::default())
+                            .await
+                            .context("acknowledging a batch")?;
+                    }
+                    let intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
+                    crate::outbox::relay::intent::forget(&self.ctx.pg, &intents).await;
+                }
+                Persisted::Refused(e) if chunk.len() > 1 => {
+                    tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");
+                    for (d, b) in chunk {
+                        self.settle_one(timeouts, d, &b.orders, stop).await?;
+                    }
+                }
+                Persisted::Refused(e) => {
+                    let (d, b) = &chunk[0];
+                    self.store_refused(d, &b.orders, &e).await?;
+                }
+                Persisted::Release(e) => {
+                    for (d, _) in &good[start..] {
+                        d.nack(BasicNackOptions {
+                            requeue: true,
+                            multiple: false,
+                        })
+                        .await
+                        .context("handing a batch back")?;
+                    }
+                    return Err(anyhow::anyhow!(
+                        "could not persist for {:?}; handed the batch back: {e}",
+                        self.hold_limit
+                    ));
+                }
+                // Stopping while the database is down: the deliveries go back unacked.
+                Persisted::Stopping => return Ok(()),
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn settle_one(
+        &self,
+        timeouts: &Channel,
+        d: &Delivery,
+        orders: &[crate::order::OrderMsg],
+        stop: &CancellationToken,
+    ) -> Result<()> {
+        match self.persist_retrying(orders, stop).await {
+            Persisted::Done(outcome) => {
+                self.count(outcome);
+                let ids = orders.iter().map(|o| o.id).collect();
+                timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
+                d.ack(BasicAckOptions::default()).await?;
+            }
+            Persisted::Refused(e) => self.store_refused(d, orders, &e).await?,
+            Persisted::Release(e) => {
+                d.nack(BasicNackOptions {
+                    requeue: true,
+                    multiple: false,
+                })
+                .await?;
+                return Err(anyhow::anyhow!("could not persist; handed the message back: {e}"));
+            }
+            Persisted::Stopping => {}
+        }
+        Ok(())
+    }
+}
