@@ -15,8 +15,8 @@
 //! An operator who knows those orders are gone for good (a broker that lost its
 //! disk) can abandon them (`POST /api/v1/admin/redis/abandon`): the one decision
 //! here that is not a fact, and it is a person's, logged as an incident.
+use super::guard::EpochGuard;
 use super::repair::Soundness;
-use super::EpochGuard;
 use crate::outbox::relay::intent;
 use anyhow::{Context, Result};
 use std::collections::{HashMap, HashSet};
@@ -120,7 +120,7 @@ impl EpochGuard {
             let n = shards.get(v).copied().unwrap_or(1).max(1) as u32;
             for shard in 0..n {
                 let stream = self.keys.outbox_at(*v, shard, n);
-                for o in super::read_outbox(&mut conn, &stream).await? {
+                for o in super::restore::read_outbox(&mut conn, &stream).await? {
                     in_outbox.insert(o.id);
                 }
             }

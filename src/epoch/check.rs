@@ -1,6 +1,8 @@
 //! One check of the server: whether Postgres vouches for what Redis holds now (see
 //! the module above).
-use super::{clock, durability, read_row, EpochGuard, EpochRow};
+use super::guard::EpochGuard;
+use super::row::{read_row, EpochRow};
+use super::{clock, durability};
 use anyhow::{Context, Result};
 use std::sync::Arc;
 

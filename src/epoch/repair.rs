@@ -1,7 +1,10 @@
 //! The repair: one process at a time takes a new epoch, waits until every order
 //! published before it is stored (the barrier), and rewrites every sale (see the
 //! module above).
-use super::{read_row, scope, Checked, EpochGuard, EpochRow};
+use super::check::Checked;
+use super::guard::EpochGuard;
+use super::row::{read_row, EpochRow};
+use super::scope;
 use crate::redis_conn::Verified;
 use crate::voucher::stock::{self, Event};
 use anyhow::{bail, Context, Result};

@@ -1,5 +1,5 @@
 //! Rewriting one sale in Redis from Postgres and its outbox, fenced by the epoch.
-use super::EpochGuard;
+use super::guard::EpochGuard;
 use crate::keys::RELAY_GROUP;
 use anyhow::{bail, Context, Result};
 use redis::{Script, ScriptInvocation};
