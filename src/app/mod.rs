@@ -4,15 +4,16 @@
 //!
 //! [`Application::build`] binds its own listener (port 0 picks a free one, see
 //! [`Application::port`]), so tests start the real application in-process.
+mod mode;
 pub mod readiness;
-pub mod report;
 mod server;
 mod state;
 mod tasks;
 
-pub use state::{migrate, pg_pool, AppState};
+pub use crate::http::AppState;
+pub use mode::{Mode, Options};
+pub use state::{migrate, pg_pool};
 
-use crate::clock::Clock;
 use crate::config::Settings;
 use actix_web::dev::ServerHandle;
 use anyhow::{Context, Result};
@@ -25,49 +26,6 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a graceful shutdown may take in all, after the HTTP server stopped.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
-
-/// What one process runs (the subcommands of CONTRACT.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// API, outbox relay and order worker.
-    All,
-    /// API and outbox relay.
-    Serve,
-    /// Order worker only.
-    Worker,
-}
-
-impl Mode {
-    fn serves_http(self) -> bool {
-        self != Mode::Worker
-    }
-    fn relays(self) -> bool {
-        self != Mode::Worker
-    }
-    fn works(self) -> bool {
-        self != Mode::Serve
-    }
-}
-
-/// Knobs tests turn; production uses the defaults.
-#[derive(Clone)]
-pub struct Options {
-    pub clock: Clock,
-    /// Run the relay (tests turn it off to leave orders in the outbox).
-    pub relay: bool,
-    /// Run the worker where the mode has one.
-    pub worker: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            clock: Clock::system(),
-            relay: true,
-            worker: true,
-        }
-    }
-}
 
 pub struct Application {
     port: Option<u16>,

@@ -3,8 +3,8 @@
 //! costs no Postgres connection and no Redis command (before, each call ran
 //! `SELECT 1` on the handlers' pool and one `XLEN` per shard of every flash sale
 //! ever created, and a flood drained the pool that pay, cancel and admin need).
-use super::report::Report;
-use super::AppState;
+use crate::http::report::Report;
+use crate::http::AppState;
 use chrono::Utc;
 use std::sync::Arc;
 use std::time::Duration;

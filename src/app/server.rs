@@ -1,7 +1,7 @@
 //! The HTTP server: routes, the contract's error bodies for what actix refuses
 //! before a handler runs, and the signals that stop the process.
-use super::AppState;
 use crate::http::auth::JwtKeys;
+use crate::http::AppState;
 use crate::http::{health, ApiError};
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::http::StatusCode;

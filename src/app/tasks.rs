@@ -1,6 +1,7 @@
 //! The background tasks: every one owned by one `JoinSet`, named, reported if it
 //! ends before the process stops, and stopped together within one deadline.
-use super::{AppState, Mode, Options};
+use super::mode::{Mode, Options};
+use crate::http::AppState;
 use crate::outbox::Relay;
 use crate::sequence::Sequences;
 use crate::voucher::cache;

@@ -7,7 +7,7 @@ use super::auth::{Caller, Shopper};
 use super::error::ErrorBody;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::id;
 use crate::order::lifecycle::Canceller;
 use crate::order::Order;

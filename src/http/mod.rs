@@ -17,12 +17,15 @@ pub mod openapi;
 pub mod orders;
 pub mod path;
 pub mod repair;
+pub mod report;
 pub mod request_id;
 pub mod request_span;
 pub mod responses;
 pub mod sales;
 pub mod sequences;
+pub mod state;
 pub mod stock;
 pub mod vouchers;
 
 pub use error::ApiError;
+pub use state::AppState;

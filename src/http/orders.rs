@@ -5,7 +5,7 @@ use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::id;
 use crate::order::{Accepted, Order};
 use actix_web::http::header;

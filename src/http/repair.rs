@@ -8,7 +8,7 @@ use super::auth::Admin;
 use super::error::ErrorBody;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::validate;
 use actix_web::web;
 use chrono::{DateTime, Utc};

@@ -1,5 +1,5 @@
 //! What readiness last found, held in memory for `GET /health/ready`: the report
-//! [`super::readiness`]'s background task writes once a second and the handler
+//! [`crate::app::readiness`]'s background task writes once a second and the handler
 //! reads (a file of its own so that the application's state can hold it without
 //! depending on the task, which reads that state).
 use crate::redis_conn::MasterFacts;
@@ -33,7 +33,7 @@ impl Readiness {
         self.0.read().expect("readiness poisoned").clone()
     }
 
-    pub(super) fn set(&self, r: Report) {
+    pub(crate) fn set(&self, r: Report) {
         *self.0.write().expect("readiness poisoned") = Some(Arc::new(r));
     }
 }

@@ -5,7 +5,7 @@ use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::vouchers::{announce, voucher_not_found, with_stats};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::id;
 use crate::voucher::audit::{self, Lookup};
 use crate::voucher::live;

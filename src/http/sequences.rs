@@ -3,7 +3,7 @@ use super::auth::{Admin, ServiceCaller};
 use super::error::ErrorBody;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::rule::{self, Rule};
 use actix_web::web;

@@ -13,7 +13,7 @@ use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::vouchers::{announce, voucher_not_found, with_stats};
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::voucher::model::{AddStock, MAX_STOCK};
 use crate::voucher::repo;
 use crate::voucher::topup::{self, NotRecorded, TopUp};

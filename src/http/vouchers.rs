@@ -7,7 +7,7 @@ use super::responses::{
     BadRequest, BodyRefused, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound,
 };
 use super::ApiError;
-use crate::app::AppState;
+use super::AppState;
 use crate::id;
 use crate::voucher::audit::{self, Audit, Lookup};
 use crate::voucher::model::{NewVoucher, Voucher};
