@@ -4,6 +4,7 @@ pub mod id_worker;
 pub mod lifecycle;
 pub mod model;
 pub mod place;
+pub mod refusal;
 pub mod replication;
 pub mod reserve;
 pub mod status;
