@@ -19,10 +19,7 @@
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind,
-    Value,
-};
+use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -30,9 +27,12 @@ use tokio::runtime::Handle;
 use tokio::sync::Mutex;
 
 mod cluster_identity;
+mod cluster_map;
 mod identity;
 mod masters;
+mod run_id;
 mod verdict;
+pub use cluster_map::MasterSlots;
 pub use identity::{Identity, Verified};
 pub use masters::MasterFacts;
 pub use verdict::{breaks_connection, is_transient};
@@ -462,7 +462,7 @@ impl Redis {
                 .query_async(&mut inner)
                 .await?;
             verdict::must_be_master(&replication)?;
-            let run_id = run_id_of(&info)?;
+            let run_id = run_id::run_id_of(&info)?;
             Ok(Conn {
                 inner: Link::Node(inner),
                 broken: Arc::new(AtomicBool::new(false)),
@@ -518,9 +518,6 @@ impl Redis {
     }
 }
 
-/// A master's identity (`run_id/master_replid`) and its slot ranges (inclusive).
-pub type MasterSlots = (String, Vec<(u16, u16)>);
-
 impl Redis {
     /// Every master's identity (`run_id/master_replid`) with its slot ranges, read
     /// from each master; `None` on a single node (it has no slots: a change of it
@@ -529,19 +526,7 @@ impl Redis {
         let c = self.conn().await?;
         match c.inner.clone() {
             Link::Node(_) => Ok(None),
-            Link::Cluster(mut inner) => Ok(Some(c.watch(cluster_identity::by_master(&mut inner).await, |_| false)?)),
+            Link::Cluster(mut inner) => Ok(Some(c.watch(cluster_map::by_master(&mut inner).await, |_| false)?)),
         }
     }
-}
-
-fn run_id_of(info: &str) -> Result<String, RedisError> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .map(|s| s.trim().to_owned())
-        .ok_or_else(|| {
-            RedisError::from((
-                ErrorKind::Server(ServerErrorKind::ResponseError),
-                "INFO server has no run_id",
-            ))
-        })
 }
