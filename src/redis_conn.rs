@@ -16,10 +16,8 @@
 //! runtime of its own, and a connection born there would die with that worker when
 //! the server stops, while the relay and worker still need it. The one exception
 //! is [`Redis::on_this_thread`], the order path's handle per HTTP worker thread.
-use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -28,11 +26,15 @@ use tokio::sync::Mutex;
 
 mod cluster_identity;
 mod cluster_map;
+mod conn;
 mod identity;
 mod masters;
+mod routing;
 mod run_id;
 mod verdict;
 pub use cluster_map::MasterSlots;
+pub use conn::Conn;
+use conn::Link;
 pub use identity::{Identity, Verified};
 pub use masters::MasterFacts;
 pub use verdict::{breaks_connection, is_transient};
@@ -58,65 +60,6 @@ pub struct Redis {
     main_runtime: Option<Handle>,
 }
 
-/// One connection to one server process. Commands that fail because the
-/// connection is gone (or the server stopped being a writable master) mark it
-/// broken, so that the next caller opens a new one and checks who answers.
-#[derive(Clone)]
-pub struct Conn {
-    inner: Link,
-    broken: Arc<AtomicBool>,
-    run_id: Arc<str>,
-    /// On a cluster, the slot ranges of the masters that did not answer when the
-    /// identity was read (see [`cluster_identity`]): commands on them are refused
-    /// here, never sent. Empty otherwise.
-    refused: Arc<[(u16, u16)]>,
-    /// The masters' generation when read: a connection that refuses slots is
-    /// replaced once the masters that answer change.
-    generation: u64,
-}
-
-#[derive(Clone)]
-enum Link {
-    Node(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl Conn {
-    /// The `run_id` of the server process behind this connection.
-    pub fn run_id(&self) -> &Arc<str> {
-        &self.run_id
-    }
-
-    /// The slot of a command on a master that did not answer when this
-    /// connection's identity was read, if it is one.
-    fn refuses(&self, cmd: &Cmd) -> Option<u16> {
-        if self.refused.is_empty() {
-            return None;
-        }
-        let slot = crate::keys::slot(first_key(cmd)?);
-        self.refused
-            .iter()
-            .any(|(a, b)| (*a..=*b).contains(&slot))
-            .then_some(slot)
-    }
-
-    /// Marks the connection broken after an error, or a reply (`refused`), that
-    /// says the server may not be the writable master we know (see [`verdict`]).
-    fn watch<T>(&self, r: RedisResult<T>, refused: impl Fn(&T) -> bool) -> RedisResult<T> {
-        let broken = match &r {
-            // A timeout too: on a cluster (no retries, see `cluster_client`) it
-            // may be a node gone; connect anew and check who answers. Not a server
-            // that is out of memory or busy: it is still the one we know.
-            Err(e) => verdict::breaks_connection(e),
-            Ok(v) => refused(v),
-        };
-        if broken {
-            self.broken.store(true, Ordering::Release);
-        }
-        r
-    }
-}
-
 /// A cluster client that never retries or follows a redirect by itself: a moved
 /// slot or a lost node is an error its caller sees, so that the handle connects
 /// anew and checks which masters it talks to (a promoted replica may have missed
@@ -127,124 +70,6 @@ fn cluster_client(urls: &[String], timeout: Duration) -> RedisResult<ClusterClie
         .response_timeout(timeout)
         .retries(0)
         .build()
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            if let Some(slot) = self.refuses(cmd) {
-                return Err(unverified_slot(slot));
-            }
-            let r = match &mut self.inner {
-                Link::Node(c) => c.req_packed_command(cmd).await,
-                Link::Cluster(c) => c.req_packed_command(cmd).await,
-            };
-            self.watch(r, verdict::reply_refuses)
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            if let Some(slot) = cmd.cmd_iter().find_map(|c| self.refuses(c)) {
-                return Err(unverified_slot(slot));
-            }
-            let r = match &mut self.inner {
-                Link::Node(c) => c.req_packed_commands(cmd, offset, count).await,
-                Link::Cluster(c) if cmd.is_transaction() => c.req_packed_commands(cmd, offset, count).await,
-                Link::Cluster(c) => split_by_slot(c, cmd).await,
-            };
-            self.watch(r, |replies| replies.iter().any(verdict::reply_refuses))
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        match &self.inner {
-            Link::Node(c) => c.get_db(),
-            Link::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-/// A command refused by [`Conn::refuses`]: transient (503), and it does not break
-/// the connection (it was never sent; the connection serves the other slots).
-fn unverified_slot(slot: u16) -> RedisError {
-    RedisError::from((
-        ErrorKind::ClusterConnectionNotFound,
-        "the master of this slot did not answer when the connection was verified",
-        format!("slot {slot}"),
-    ))
-}
-
-/// The first key of the commands we send: the first argument, or for scripts the
-/// first of their keys, for stream reads the first stream, for `XGROUP` the key
-/// after the subcommand; none for commands that take no key.
-fn first_key(cmd: &Cmd) -> Option<&[u8]> {
-    let mut args = cmd.args_iter().filter_map(|a| match a {
-        redis::Arg::Simple(b) => Some(b),
-        _ => None,
-    });
-    let name = args.next()?.to_ascii_uppercase();
-    match name.as_slice() {
-        b"INFO" | b"WAIT" | b"PING" | b"TIME" | b"CLUSTER" | b"SCRIPT" | b"PUBLISH" | b"CONFIG" | b"CLIENT" => None,
-        b"XREADGROUP" | b"XREAD" => args.skip_while(|a| !a.eq_ignore_ascii_case(b"STREAMS")).nth(1),
-        b"XGROUP" | b"XINFO" => args.nth(1),
-        b"EVAL" | b"EVALSHA" => {
-            let _script = args.next()?;
-            let numkeys: usize = std::str::from_utf8(args.next()?).ok()?.parse().ok()?;
-            if numkeys == 0 {
-                None
-            } else {
-                args.next()
-            }
-        }
-        _ => args.next(),
-    }
-}
-
-/// A pipeline on a cluster, sent as one sub-pipeline per hash slot (concurrently),
-/// its replies put back in the pipeline's order. redis-rs refuses a pipeline whose
-/// keys span slots; ours only do for reads that need no atomicity (a sale's keys
-/// share one slot, and every script and transaction keeps to one).
-async fn split_by_slot(c: &mut ClusterConnection, pipeline: &Pipeline) -> RedisResult<Vec<Value>> {
-    let mut groups: Vec<(Option<u16>, Vec<usize>, Pipeline)> = Vec::new();
-    let mut previous: Option<u16> = None;
-    for (i, cmd) in pipeline.cmd_iter().enumerate() {
-        // A command without a key (WAIT) rides with the command before it, on
-        // that command's node and connection.
-        let slot = first_key(cmd).map(crate::keys::slot).or(previous);
-        previous = slot;
-        match groups.iter_mut().find(|g| g.0 == slot) {
-            Some(g) => {
-                g.1.push(i);
-                g.2.add_command(cmd.clone());
-            }
-            None => {
-                let mut p = redis::pipe();
-                p.add_command(cmd.clone());
-                groups.push((slot, vec![i], p));
-            }
-        }
-    }
-    if groups.len() == 1 {
-        return c.req_packed_commands(pipeline, 0, pipeline.len()).await;
-    }
-    let replies = futures::future::try_join_all(groups.iter().map(|(_, _, p)| {
-        let mut c = c.clone();
-        async move { c.req_packed_commands(p, 0, p.len()).await }
-    }))
-    .await?;
-    let mut out = vec![Value::Nil; pipeline.len()];
-    for ((_, indexes, _), values) in groups.iter().zip(replies) {
-        for (i, v) in indexes.iter().zip(values) {
-            out[*i] = v;
-        }
-    }
-    Ok(out)
 }
 
 impl Redis {
