@@ -3,7 +3,7 @@
 //! a replica, which has no replicas of its own), so these facts are read from
 //! each master (`AllMasters`) and the weakest one is reported.
 use super::conn::Link;
-use super::Redis;
+use super::handle::Redis;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{RedisResult, Value};
 
