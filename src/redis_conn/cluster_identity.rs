@@ -15,12 +15,11 @@
 //! has become meanwhile, and the handle replaces the connection once a reading
 //! finds the masters that answer have changed. A master that does not answer and
 //! was never read makes the reading fail: there is nothing to vouch for.
+use super::cluster_map::{any_master, cluster_down, identity_of, masters_of, probe};
 use super::verdict;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{
-    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-};
-use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::{RedisError, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -111,13 +110,6 @@ pub(super) async fn read(c: &mut ClusterConnection, masters: &Masters) -> Result
     one_by_one(c, masters).await
 }
 
-/// A master of the cluster's slot map: its node id, address and slot ranges.
-struct Master {
-    id: String,
-    addr: String,
-    ranges: Vec<(u16, u16)>,
-}
-
 async fn one_by_one(c: &mut ClusterConnection, masters: &Masters) -> Result<Reading, RedisError> {
     let slots = any_master(c, redis::cmd("CLUSTER").arg("SLOTS").to_owned()).await?;
     let map = masters_of(slots)?;
@@ -157,141 +149,9 @@ async fn one_by_one(c: &mut ClusterConnection, masters: &Masters) -> Result<Read
     })
 }
 
-/// Every master's identity with its slot ranges, each read from the master itself:
-/// what a repair needs to place a change (see `crate::epoch::scope`). Fails if a
-/// master does not answer for its own slots: the change cannot be placed yet.
-pub(super) async fn by_master(c: &mut ClusterConnection) -> Result<Vec<super::MasterSlots>, RedisError> {
-    let slots = any_master(c, redis::cmd("CLUSTER").arg("SLOTS").to_owned()).await?;
-    let map = masters_of(slots)?;
-    let answers = futures::future::join_all(map.iter().map(|m| probe(c.clone(), m.ranges[0].0))).await;
-    let mut out = Vec::with_capacity(map.len());
-    for (m, answer) in map.into_iter().zip(answers) {
-        match answer? {
-            (node, info) if node == m.id => out.push((identity_of(&info)?, m.ranges)),
-            (node, _) => {
-                return Err(cluster_down(&format!(
-                    "node {node} answered for the slots of master {} at {}",
-                    m.id, m.addr
-                )))
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `CLUSTER MYID` and `INFO` of the node the client sends `slot`'s commands to.
-async fn probe(mut c: ClusterConnection, slot: u16) -> Result<(String, String), RedisError> {
-    let mut p = redis::pipe();
-    p.cmd("CLUSTER")
-        .arg("MYID")
-        .cmd("INFO")
-        .arg("server")
-        .arg("replication");
-    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-    let mut values = c.route_pipeline(p, 0, 2, route).await?.into_iter();
-    let (Some(id), Some(info)) = (values.next(), values.next()) else {
-        return Err(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "CLUSTER MYID + INFO",
-        )));
-    };
-    Ok((
-        redis::from_redis_value(id.extract_error()?)?,
-        redis::from_redis_value(info.extract_error()?)?,
-    ))
-}
-
-/// The first answer of any master the client is connected to.
-async fn any_master(c: &mut ClusterConnection, cmd: redis::Cmd) -> Result<Value, RedisError> {
-    let any = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::OneSucceeded)));
-    c.route_command(cmd, any).await?.extract_error()
-}
-
-/// The masters of a `CLUSTER SLOTS` reply (the first node of each range).
-fn masters_of(slots: Value) -> Result<Vec<Master>, RedisError> {
-    let bad = || RedisError::from((ErrorKind::UnexpectedReturnType, "CLUSTER SLOTS"));
-    let Value::Array(ranges) = slots else { return Err(bad()) };
-    let mut map: Vec<Master> = Vec::new();
-    for range in ranges {
-        let Value::Array(range) = range else { return Err(bad()) };
-        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(node))) =
-            (range.first(), range.get(1), range.get(2))
-        else {
-            return Err(bad());
-        };
-        let text = |v: Option<&Value>| v.and_then(|v| redis::from_redis_value_ref::<String>(v).ok());
-        let (Some(host), Some(Value::Int(port)), Some(id)) = (text(node.first()), node.get(1), text(node.get(2)))
-        else {
-            return Err(bad());
-        };
-        let range = (*start as u16, *end as u16);
-        match map.iter_mut().find(|m| m.id == id) {
-            Some(m) => m.ranges.push(range),
-            None => map.push(Master {
-                id,
-                addr: format!("{host}:{port}"),
-                ranges: vec![range],
-            }),
-        }
-    }
-    if map.is_empty() {
-        return Err(cluster_down("the Redis Cluster serves no slot"));
-    }
-    Ok(map)
-}
-
-/// A master's `run_id/master_replid`: a promotion gives the promoted node a new
-/// replication id, also when the same processes fail back later.
-fn identity_of(info: &str) -> Result<String, RedisError> {
-    let field = |name: &str| info.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
-    if field("role:") != Some("master") {
-        return Err(RedisError::from((
-            ErrorKind::Server(ServerErrorKind::ReadOnly),
-            "a node the cluster client takes for a master is not one",
-        )));
-    }
-    Ok(format!(
-        "{}/{}",
-        super::run_id_of(info)?,
-        field("master_replid:").unwrap_or("")
-    ))
-}
-
-fn cluster_down(why: &str) -> RedisError {
-    RedisError::from((
-        ErrorKind::Server(ServerErrorKind::ClusterDown),
-        "the Redis Cluster's masters cannot be vouched for",
-        why.to_owned(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn node(host: &str, port: i64, id: &str) -> Value {
-        Value::Array(vec![
-            Value::BulkString(host.into()),
-            Value::Int(port),
-            Value::BulkString(id.into()),
-        ])
-    }
-
-    #[test]
-    fn the_masters_of_a_slot_map_with_their_ranges() {
-        let range = |a: i64, b: i64, master: Value| Value::Array(vec![Value::Int(a), Value::Int(b), master]);
-        let slots = Value::Array(vec![
-            range(0, 5460, node("127.0.0.1", 7100, "a")),
-            range(5461, 10922, node("127.0.0.1", 7101, "b")),
-            range(10923, 16383, node("127.0.0.1", 7102, "c")),
-            range(16000, 16001, node("127.0.0.1", 7100, "a")),
-        ]);
-        let map = masters_of(slots).unwrap();
-        assert_eq!(map.len(), 3);
-        assert_eq!(map[0].addr, "127.0.0.1:7100");
-        assert_eq!(map[0].ranges, vec![(0, 5460), (16000, 16001)]);
-        assert!(masters_of(Value::Array(vec![])).is_err());
-    }
 
     #[test]
     fn a_new_set_of_silent_masters_is_a_new_generation() {

@@ -2,7 +2,8 @@
 //! cluster a keyless command goes to one node of the client's choosing (perhaps
 //! a replica, which has no replicas of its own), so these facts are read from
 //! each master (`AllMasters`) and the weakest one is reported.
-use super::{Link, Redis};
+use super::conn::Link;
+use super::handle::Redis;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{RedisResult, Value};
 
