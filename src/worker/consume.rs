@@ -13,6 +13,9 @@ use lapin::types::FieldTable;
 use lapin::Channel;
 use tokio_util::sync::CancellationToken;
 
+/// Batches a worker persists at once, each in its own transaction.
+const IN_FLIGHT: usize = 4;
+
 impl Worker {
     /// Consumes until `stop`, reconnecting after failures.
     pub async fn run(&self, stop: CancellationToken) {
@@ -55,27 +58,73 @@ impl Worker {
             .await
             .context("starting to consume dead letters")?;
         tracing::info!("worker consuming");
+        // Batches in flight, each its own transaction: batches of one sale insert in
+        // parallel and wait for each other only at the stock update (see
+        // `persist::unlocked`).
+        let mut running = futures::stream::FuturesUnordered::new();
+        let mut failure = None;
+        let per_batch = (self.prefetch as usize).div_ceil(IN_FLIGHT).max(1);
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => break,
-                d = consumer.next() => d,
+                Some(done) = running.next(), if !running.is_empty() => {
+                    if let Err(e) = done {
+                        failure = Some(e);
+                        break;
+                    }
+                    continue;
+                }
+                d = consumer.next(), if running.len() < IN_FLIGHT => d,
                 d = dead.next() => {
-                    let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
-                    let _held = Held::new(&self.holding, 1);
-                    self.handle_dead(&timeouts, d, stop).await?;
+                    let dead_letter = async {
+                        let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
+                        let _held = Held::new(&self.holding, 1);
+                        self.handle_dead(&timeouts, d, stop).await
+                    };
+                    if let Err(e) = dead_letter.await {
+                        failure = Some(e);
+                        break;
+                    }
                     continue;
                 }
             };
-            let mut deliveries = vec![first.context("the consumer ended")?.context("receiving a delivery")?];
-            // Whatever else has already arrived joins this batch; nothing waits for more.
-            while deliveries.len() < self.prefetch as usize {
+            let first = match first
+                .context("the consumer ended")
+                .and_then(|d| d.context("receiving a delivery"))
+            {
+                Ok(d) => d,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let mut deliveries = vec![first];
+            // Whatever else has already arrived joins this batch, up to its share of
+            // the prefetch window; nothing waits for more.
+            while deliveries.len() < per_batch {
                 match consumer.next().now_or_never() {
                     Some(Some(Ok(d))) => deliveries.push(d),
                     _ => break,
                 }
             }
-            let _held = Held::new(&self.holding, deliveries.len());
-            self.handle(&timeouts, deliveries, stop).await?;
+            let held = Held::new(&self.holding, deliveries.len());
+            let timeouts = &timeouts;
+            running.push(async move {
+                let _held = held;
+                self.handle(timeouts, deliveries, stop).await
+            });
+        }
+        // The batches in flight finish (or, stopping, hand back what they hold)
+        // before the connection closes: a transaction dropped half way would keep
+        // its locks until its connection is used again.
+        while let Some(done) = running.next().await {
+            if let Err(e) = done {
+                failure.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failure {
+            let _ = conn.close(200, "worker failed".into()).await;
+            return Err(e);
         }
         // Unacknowledged deliveries return to the queue when the channel closes.
         let _ = conn.close(200, "worker stopping".into()).await;

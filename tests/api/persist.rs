@@ -191,3 +191,92 @@ async fn a_batch_that_partly_conflicts_still_creates_its_new_orders_once() {
         .unwrap();
     assert_eq!(stock, 5, "the stock follows the orders created");
 }
+
+/// Batches of one sale (and of two sales at once, in either order) persisted at
+/// the same time, more orders than the stock, some redelivered meanwhile: the
+/// batches insert in parallel and take the stock last (`persist::unlocked`), or go
+/// the locked way once the stock runs short. Exactly the stock is created, each
+/// order once, the rest failed; Postgres's stock ends at 0, never below; every
+/// business number is issued once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_of_one_sale_persisted_at_once_never_take_more_than_its_stock() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (v, w) = (app.flash_sale(50).await, app.flash_sale(30).await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    let msg = |id: i64, voucher: i64| OrderMsg {
+        id,
+        user_id: 1_000 + id,
+        voucher_id: voucher,
+        created_ms: now + id,
+        epoch,
+    };
+    // 16 batches of 10 for v (160 orders for 50 units); 6 batches of 10 mixing v
+    // and w (w first in half of them); each of the first four sent twice.
+    let mut batches: Vec<Vec<OrderMsg>> = (0..16)
+        .map(|b| (0..10).map(|i| msg(1 + b * 10 + i, v)).collect())
+        .collect();
+    for b in 0..6 {
+        let mut mixed: Vec<OrderMsg> = (0..10)
+            .map(|i| msg(1_000 + b * 10 + i, if i % 2 == 0 { v } else { w }))
+            .collect();
+        if b % 2 == 1 {
+            mixed.reverse();
+        }
+        batches.push(mixed);
+    }
+    for b in 0..4 {
+        batches.push(batches[b].clone());
+    }
+    let ctx = ctx(&app);
+    let runs = batches.into_iter().map(|orders| {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            // As the worker does: a passing error (a deadlock Postgres broke) is
+            // tried again.
+            let mut retries = 0;
+            loop {
+                match persist(&ctx, &orders).await {
+                    Ok(o) => return (o, retries),
+                    Err(e) if e.is_transient() && retries < 20 => retries += 1,
+                    Err(e) => panic!("persisting a batch: {e}"),
+                }
+            }
+        })
+    });
+    let outcomes = futures::future::join_all(runs).await;
+    let (mut created, mut failed, mut retries) = (0, 0, 0);
+    for r in outcomes {
+        let (o, n) = r.unwrap();
+        created += o.created;
+        failed += o.failed;
+        retries += n;
+    }
+    let counts: Vec<(i64, String, i64)> =
+        sqlx::query_as("SELECT voucher_id, status, count(*) FROM voucher_orders GROUP BY 1, 2 ORDER BY 1, 2")
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(
+        counts,
+        vec![
+            (v, "created".to_owned(), 50),
+            (v, "failed".to_owned(), 160 + 30 - 50),
+            (w, "created".to_owned(), 30)
+        ],
+        "{retries} retries"
+    );
+    assert_eq!((created, failed), (80, 140), "each order counted once");
+    let stocks: Vec<i32> = sqlx::query_scalar("SELECT stock FROM seckill_vouchers ORDER BY voucher_id")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stocks, vec![0, 0]);
+    let numbers: Vec<String> = sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE status = 'created'")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(numbers.iter().collect::<HashSet<_>>().len(), 80, "every number once");
+    app.shutdown().await;
+}

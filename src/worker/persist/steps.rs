@@ -1,0 +1,207 @@
+//! The steps a batch's transaction is made of, shared by both ways of persisting
+//! it ([`super::locked`] and [`super::unlocked`]): the epoch row, the vouchers'
+//! stock (read, or locked), storing the rows, and taking the units.
+use super::columns::Columns;
+use super::ctx::{order_numbers, Ctx, Outcome, Row};
+use super::error::PersistError;
+use super::skipped::{self, Settled};
+use crate::order::OrderMsg;
+use sqlx::PgConnection;
+use std::collections::{HashMap, HashSet};
+
+/// The namespace's epoch, whether a repair is under way and its scope, with the
+/// epoch row held shared: a repair holds it exclusively while it reads Postgres
+/// and rewrites Redis, so no batch commits in between.
+pub(super) async fn epoch_row(tx: &mut PgConnection, ctx: &Ctx) -> Result<(i64, bool, Option<Vec<i64>>), sqlx::Error> {
+    Ok(sqlx::query_as(
+        "SELECT epoch, repairing, CASE WHEN repair_scope_epoch = epoch THEN repair_scope END
+           FROM redis_epochs WHERE namespace = $1 FOR SHARE",
+    )
+    .bind(ctx.keys.namespace())
+    .fetch_optional(&mut *tx)
+    .await?
+    .unwrap_or((0, false, None)))
+}
+
+/// The stock Postgres has for each of the batch's vouchers, as last committed,
+/// without locking anything.
+pub(super) async fn read_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
+    vouchers.sort_unstable();
+    vouchers.dedup();
+    Ok(
+        sqlx::query_as("SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1)")
+            .bind(&vouchers)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// Numbers the rows to create, inserts every row, settles the rows the insert
+/// skipped, and counts them in `outcome`; returns what settling found and the
+/// units each voucher's created orders take.
+pub(super) async fn store(
+    tx: &mut PgConnection,
+    ctx: &Ctx,
+    rows: &[Row],
+    outcome: &mut Outcome,
+) -> Result<(Settled, HashMap<i64, i32>), PersistError> {
+    let to_create = rows.iter().filter(|(_, f)| f.is_none()).count();
+    let mut numbers = order_numbers(&ctx.sequences, to_create).await?.into_iter();
+    let mut cols = Columns::default();
+    let mut numbered: HashMap<i64, String> = HashMap::new();
+    for (o, failure) in rows {
+        let order_no = if failure.is_none() { numbers.next() } else { None };
+        if let Some(n) = &order_no {
+            numbered.insert(o.id, n.clone());
+        }
+        cols.push(o, failure.map(str::to_owned), order_no);
+    }
+    let inserted = cols.insert_in_tx(&mut *tx).await?;
+    let settled = skipped::settle(&mut *tx, &ctx.sequences, rows, inserted, numbered).await?;
+    outcome.duplicates += settled.duplicates;
+    outcome.id_collisions = settled.collided.len();
+    outcome.number_collisions = settled.renumbered;
+    let mut units: HashMap<i64, i32> = HashMap::new();
+    for (o, _) in rows
+        .iter()
+        .filter(|(o, _)| settled.inserted.get(&o.id).is_some_and(|s| s == "created"))
+    {
+        *units.entry(o.voucher_id).or_default() += 1;
+    }
+    outcome.created = units.values().map(|n| *n as usize).sum();
+    outcome.failed = settled.inserted.values().filter(|s| *s == "failed").count();
+    Ok((settled, units))
+}
+
+pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashSet<i64>, sqlx::Error> {
+    Ok(sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect())
+}
+
+/// Locks the batch's vouchers (in id order, so that two workers never wait on each
+/// other in a cycle) and returns the stock Postgres has for each.
+pub(super) async fn lock_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
+    vouchers.sort_unstable();
+    vouchers.dedup();
+    Ok(sqlx::query_as(
+        "SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
+    )
+    .bind(&vouchers)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect())
+}
+
+/// For vouchers whose part of the batch exceeds their stock (a redelivery near the
+/// end of a sale), sets aside the orders already stored; returns how many.
+pub(super) async fn drop_stored_beyond_stock(
+    tx: &mut PgConnection,
+    orders: &mut Vec<OrderMsg>,
+    stock: &HashMap<i64, i32>,
+) -> Result<usize, sqlx::Error> {
+    let mut wanted: HashMap<i64, i64> = HashMap::new();
+    for o in orders.iter() {
+        *wanted.entry(o.voucher_id).or_default() += 1;
+    }
+    let beyond_stock: Vec<i64> = orders
+        .iter()
+        .filter(|o| {
+            stock
+                .get(&o.voucher_id)
+                .is_some_and(|s| wanted[&o.voucher_id] > *s as i64)
+        })
+        .map(|o| o.id)
+        .collect();
+    if beyond_stock.is_empty() {
+        return Ok(0);
+    }
+    let stored = existing(tx, &beyond_stock).await?;
+    orders.retain(|o| !stored.contains(&o.id));
+    Ok(stored.len())
+}
+
+/// Each order with the reason the database refuses it, if it does: within stock, in
+/// admission order; the rest fails (never expected).
+pub(super) fn within_stock(
+    orders: Vec<OrderMsg>,
+    stock: &HashMap<i64, i32>,
+    late_conflicts: &HashSet<i64>,
+) -> Vec<Row> {
+    let mut stock_left = stock.clone();
+    orders
+        .into_iter()
+        .map(|o| {
+            let failure = if late_conflicts.contains(&o.id) {
+                Some(super::late::LATE_CONFLICT)
+            } else {
+                match stock_left.get_mut(&o.voucher_id) {
+                    None => Some("not a flash-sale voucher in Postgres"),
+                    Some(0) => Some("no stock left in Postgres"),
+                    Some(n) => {
+                        *n -= 1;
+                        None
+                    }
+                }
+            };
+            (o, failure)
+        })
+        .collect()
+}
+
+/// Takes the units of the created orders from Postgres's stock.
+pub(super) async fn take_stock(tx: &mut PgConnection, units: HashMap<i64, i32>) -> Result<(), sqlx::Error> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    let (v, n): (Vec<i64>, Vec<i32>) = units.into_iter().unzip();
+    sqlx::query(
+        "UPDATE seckill_vouchers s SET stock = s.stock - d.n
+           FROM UNNEST($1::bigint[], $2::int[]) AS d(voucher_id, n)
+          WHERE s.voucher_id = d.voucher_id",
+    )
+    .bind(&v)
+    .bind(&n)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+pub(super) fn log_incidents(rows: &[Row], settled: &Settled) {
+    for (o, f) in rows
+        .iter()
+        .filter(|(o, f)| f.is_some() && settled.inserted.contains_key(&o.id))
+    {
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            reason = f.unwrap_or_default(),
+            "INCIDENT: Postgres refused an order Redis accepted; stored as failed"
+        );
+    }
+    for o in &settled.refused {
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            "INCIDENT: the shopper already had a live order; stored as failed"
+        );
+    }
+    for o in &settled.collided {
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            "INCIDENT: another order already had this id (ids issued twice); stored under a fresh id"
+        );
+    }
+}
