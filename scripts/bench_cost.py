@@ -327,7 +327,7 @@ def run_drain(args, env):
     try:
         dep.start("serve")
         dep.wait_ready()
-        voucher = dep.voucher(args.orders * 10)
+        voucher = dep.voucher(args.orders * 10, args.shards)
         tokens = f"/tmp/bench-cost-{dep.ns}.tokens"
         mint(dep, user_base(), args.orders, tokens)
         w = wrk(dep, voucher, tokens, args.connections)
@@ -344,7 +344,7 @@ def run_drain(args, env):
                 break
             time.sleep(0.2)
         time.sleep(1)
-        print(f"\n## drain: {accepted} orders accepted by `seckill serve` in {w['secs']:.2f}s, in RabbitMQ; starting `seckill worker`")
+        print(f"\n## drain: {accepted} orders accepted by `seckill serve` in {w['secs']:.2f}s (stock_shards {args.shards}), in RabbitMQ; starting `seckill worker`")
         cpu = Cpu([])
         before = cpu.snapshot()
         t0 = time.time()
