@@ -1,0 +1,138 @@
+//! Reading [`Settings`] from the environment (or a map): each variable's default,
+//! its bounds, and an error that names it.
+use super::secret::{Secret, DEV_JWT_SECRET, MIN_JWT_SECRET_BYTES};
+use super::settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS};
+use anyhow::{bail, Context, Result};
+use chrono_tz::Tz;
+use std::collections::HashMap;
+use std::time::Duration;
+
+impl Settings {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads from a map, on top of the defaults (tests).
+    pub fn from_map(map: &HashMap<String, String>) -> Result<Self> {
+        Self::from_lookup(|k| map.get(k).cloned())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let (jwt_secret, jwt_secret_is_dev) = match var("SECKILL_JWT_SECRET") {
+            // HS256's key is as strong as its length: 32 bytes, the hash's size.
+            Some(s) if s.len() < MIN_JWT_SECRET_BYTES => bail!(
+                "SECKILL_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes, got {} (e.g. openssl rand -hex 32)",
+                s.len()
+            ),
+            // The development secret set by hand is still the published one.
+            Some(s) => {
+                let dev = s == DEV_JWT_SECRET;
+                (Secret::new(s), dev)
+            }
+            None => (Secret::new(DEV_JWT_SECRET), true),
+        };
+        let namespace = var("SECKILL_NAMESPACE").unwrap_or_else(|| "seckill".into());
+        validate_namespace(&namespace)?;
+        let tz_name = var("SECKILL_TIME_ZONE").unwrap_or_else(|| "Asia/Shanghai".into());
+        let time_zone: Tz = tz_name
+            .parse()
+            .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
+        let s = Settings {
+            http_addr: var("SECKILL_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
+            database_url: Secret::new(
+                var("DATABASE_URL").unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
+            ),
+            redis_url: Secret::new(var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into())),
+            redis_cluster: flag(&var, "SECKILL_REDIS_CLUSTER", false)?,
+            redis_wait_replicas: num(&var, "SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16)? as u32,
+            redis_wait_timeout: Duration::from_millis(num(&var, "SECKILL_REDIS_WAIT_TIMEOUT_MS", 200, 1, 60_000)?),
+            amqp_url: Secret::new(var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into())),
+            namespace,
+            jwt_secret,
+            jwt_secret_is_dev,
+            jwt_max_ttl_secs: num(
+                &var,
+                "SECKILL_JWT_MAX_TTL_SECS",
+                DEFAULT_JWT_MAX_TTL_SECS,
+                60,
+                366 * 86_400,
+            )?,
+            jwt_issuer: var("SECKILL_JWT_ISSUER"),
+            jwt_audience: var("SECKILL_JWT_AUDIENCE"),
+            time_zone,
+            payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
+            rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
+            rate_limit_pay_cancel_per_user: num(&var, "SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER", 5, 0, 1_000_000)?
+                as u32,
+            rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 2000, 0, 10_000_000)? as u32,
+            max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
+            migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
+            db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,
+            body_limit: num(&var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
+            dependency_timeout: Duration::from_millis(num(&var, "SECKILL_DEPENDENCY_TIMEOUT_MS", 2000, 10, 600_000)?),
+            relay_batch: num(&var, "SECKILL_RELAY_BATCH", 1000, 1, 10_000)? as usize,
+            relay_linger: Duration::from_millis(num(&var, "SECKILL_RELAY_LINGER_MS", 50, 0, 1000)?),
+            relay_claim_idle: Duration::from_millis(num(&var, "SECKILL_RELAY_CLAIM_IDLE_MS", 10_000, 100, 86_400_000)?),
+            worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 32, 1, 10_000)? as u16,
+            worker_batch: num(&var, "SECKILL_WORKER_BATCH", 5000, 1, 100_000)? as usize,
+            delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
+            id_block: num(&var, "SECKILL_ID_BLOCK", 1000, 1, 1_000_000)? as u32,
+            worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
+            lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
+            user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),
+            audit_interval: Duration::from_millis(num(&var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?),
+            shard_recovery_interval: match num(&var, "SECKILL_SHARD_RECOVERY_MS", 1000, 0, 3_600_000)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            max_clock_skew: match num(&var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            missing_voucher_ttl: Duration::from_millis(num(
+                &var,
+                "SECKILL_MISSING_VOUCHER_TTL_MS",
+                1000,
+                0,
+                3_600_000,
+            )?),
+            http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
+            runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
+        };
+        Ok(s)
+    }
+}
+
+fn num(var: &impl Fn(&str) -> Option<String>, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
+    let Some(raw) = var(key) else {
+        return Ok(default);
+    };
+    let v: u64 = raw
+        .trim()
+        .parse()
+        .with_context(|| format!("{key} must be a whole number, got {raw:?}"))?;
+    if !(min..=max).contains(&v) {
+        bail!("{key} must be between {min} and {max}, got {v}");
+    }
+    Ok(v)
+}
+
+fn flag(var: &impl Fn(&str) -> Option<String>, key: &str, default: bool) -> Result<bool> {
+    match var(key).map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+        Some(v) => bail!("{key} must be true or false, got {v:?}"),
+    }
+}
+
+/// Namespaces prefix Redis keys and AMQP names: keep them to a safe alphabet.
+fn validate_namespace(ns: &str) -> Result<()> {
+    let ok = !ns.is_empty() && ns.len() <= 64 && ns.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !ok {
+        bail!("SECKILL_NAMESPACE must be 1-64 characters of [A-Za-z0-9_-], got {ns:?}");
+    }
+    Ok(())
+}

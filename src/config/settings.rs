@@ -1,0 +1,89 @@
+//! [`Settings`]: everything the process needs to know, as validated fields.
+use super::secret::Secret;
+use chrono_tz::Tz;
+use std::time::Duration;
+
+/// `SECKILL_JWT_MAX_TTL_SECS`'s default: a day.
+pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
+
+/// Everything the process needs to know, validated.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub http_addr: String,
+    pub database_url: Secret,
+    pub redis_url: Secret,
+    /// `REDIS_URL` lists the seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER`).
+    pub redis_cluster: bool,
+    /// Replicas that must hold an order's reservation before it is acknowledged
+    /// (`SECKILL_REDIS_WAIT_REPLICAS`, Redis `WAIT`); 0: the master's word suffices.
+    pub redis_wait_replicas: u32,
+    /// How long an order waits for those replicas (`SECKILL_REDIS_WAIT_TIMEOUT_MS`).
+    pub redis_wait_timeout: Duration,
+    pub amqp_url: Secret,
+    pub namespace: String,
+    pub jwt_secret: Secret,
+    /// True when no secret was configured and the development one is in use
+    /// (allowed on a loopback address only, see [`Settings::check_bind`]).
+    pub jwt_secret_is_dev: bool,
+    /// Longest token lifetime accepted (`SECKILL_JWT_MAX_TTL_SECS`, default a day).
+    pub jwt_max_ttl_secs: u64,
+    /// Required `iss` of tokens (`SECKILL_JWT_ISSUER`), when set.
+    pub jwt_issuer: Option<String>,
+    /// Required `aud` of tokens (`SECKILL_JWT_AUDIENCE`), when set.
+    pub jwt_audience: Option<String>,
+    pub time_zone: Tz,
+    pub payment_window: Duration,
+    pub rate_limit_per_user: u32,
+    /// Pay and cancel requests per second per shopper, together
+    /// (`SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`; 0: none). Each waits for the
+    /// shopper's lock, so this bounds the waiters one shopper can pile up.
+    pub rate_limit_pay_cancel_per_user: u32,
+    pub rate_limit_per_ip: u32,
+    pub max_in_flight: usize,
+    /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
+    pub migrate_on_start: bool,
+    pub db_max_connections: u32,
+    /// Largest accepted request body in bytes.
+    pub body_limit: usize,
+    /// Deadline of every single Redis, Postgres or RabbitMQ call.
+    pub dependency_timeout: Duration,
+    /// Outbox entries a relay reads (and publishes as one message) at most.
+    pub relay_batch: usize,
+    /// How long the relay lets orders gather after a round that found less than a
+    /// full batch (`SECKILL_RELAY_LINGER_MS`, default 50; 0: none).
+    pub relay_linger: Duration,
+    /// How long an outbox entry may stay unacknowledged before another relay claims it.
+    pub relay_claim_idle: Duration,
+    /// Messages the worker may hold unacknowledged (RabbitMQ prefetch).
+    pub worker_prefetch: u16,
+    /// Orders the worker writes in one transaction at most.
+    pub worker_batch: usize,
+    /// Deliveries of one message before RabbitMQ dead-letters it.
+    pub delivery_limit: u32,
+    /// Order ids the ID worker takes from Redis in one call.
+    pub id_block: u32,
+    /// How long a worker holds a batch it cannot persist before handing it back.
+    pub worker_hold_limit: Duration,
+    /// Lease of watchdog-kept locks (renewed every third of it).
+    pub lock_lease: Duration,
+    /// How long a shopper's request waits for their previous one before 409.
+    pub user_lock_wait: Duration,
+    /// How often the running sales' books are audited (`seckill_sales_unbalanced`).
+    pub audit_interval: Duration,
+    /// How often every API instance completes the moves between a sharded sale's
+    /// shards that a process left in transit (`SECKILL_SHARD_RECOVERY_MS`, default
+    /// 1 s; 0: never, for tests that need a move to stay in transit).
+    pub shard_recovery_interval: Option<Duration>,
+    /// How far this process's clock may be from Postgres's before orders get 503
+    /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
+    pub max_clock_skew: Option<Duration>,
+    /// How long an id that has no voucher is remembered as such, so that asking
+    /// again does not reach Postgres (`SECKILL_MISSING_VOUCHER_TTL_MS`, default 1 s;
+    /// 0: not remembered). A voucher created meanwhile shows at once anyway.
+    pub missing_voucher_ttl: Duration,
+    /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
+    pub http_workers: usize,
+    /// Threads of the runtime that runs the relay, the worker and the other
+    /// background tasks (`SECKILL_RUNTIME_THREADS`; 0, the default: one per core).
+    pub runtime_threads: usize,
+}

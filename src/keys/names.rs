@@ -1,0 +1,248 @@
+//! [`Keys`]: the name of every Redis key and RabbitMQ object under one namespace.
+use super::hash_slot::hash_tag;
+use super::shard::shard_tag;
+
+/// Builds names under one namespace (`SECKILL_NAMESPACE`).
+#[derive(Clone, Debug)]
+pub struct Keys {
+    ns: String,
+}
+
+impl Keys {
+    pub fn new(ns: &str) -> Self {
+        Self { ns: ns.to_owned() }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    fn voucher(&self, id: i64, what: &str) -> String {
+        self.shard(id, 0, 1, what)
+    }
+
+    fn shard(&self, id: i64, shard: u32, shards: u32, what: &str) -> String {
+        format!("{}:{{{}}}:{}", self.ns, shard_tag(id, shard, shards), what)
+    }
+
+    /// [`Keys::stock`] of one shard of a sharded sale (shard 0 is [`Keys::stock`]).
+    pub fn stock_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "stock")
+    }
+
+    /// [`Keys::buyers`] of one shard: the marks of the shoppers of that shard.
+    pub fn buyers_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "buyers")
+    }
+
+    /// [`Keys::orders`] of one shard: the orders of that shard's shoppers.
+    pub fn orders_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "orders")
+    }
+
+    /// [`Keys::returned`] of one shard.
+    pub fn returned_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "returned")
+    }
+
+    /// [`Keys::topups`] of one shard (each shard adds its part of a top-up once).
+    pub fn topups_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "topups")
+    }
+
+    /// [`Keys::outbox`] of one shard.
+    pub fn outbox_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "outbox")
+    }
+
+    /// The repair fence of the shard whose outbox stream is `outbox` (the same hash
+    /// tag): for scripts that get an outbox's key and must refuse a stale caller.
+    pub fn repair_fence_of_outbox(&self, outbox: &str) -> Option<String> {
+        outbox.strip_suffix(":outbox").map(|base| format!("{base}:repair"))
+    }
+
+    /// [`Keys::repair_fence`] of one shard.
+    pub fn repair_fence_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "repair")
+    }
+
+    /// Move ledger of a donor shard: hash transfer id -> "dest:n" of the units it
+    /// gave that the receiver may not have taken yet (units in transit).
+    pub fn given_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "given")
+    }
+
+    /// Move ledger of a donor shard: set of the transfer ids completed (never given again).
+    pub fn moved_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "moved")
+    }
+
+    /// Move ledger of a receiving shard: set of the transfer ids whose units it took.
+    pub fn taken_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "taken")
+    }
+
+    /// The member of the registry of outboxes ([`Keys::outboxes`]) naming one
+    /// shard's outbox: the voucher id for shard 0, `<id>.<k>.<shards>` for shard k.
+    pub fn outbox_member(voucher_id: i64, shard: u32, shards: u32) -> String {
+        match shard {
+            0 => voucher_id.to_string(),
+            k => format!("{voucher_id}.{k}.{shards}"),
+        }
+    }
+
+    /// The outbox stream a registry member names (None if it is not one).
+    pub fn outbox_of_member(&self, member: &str) -> Option<String> {
+        let mut parts = member.split('.');
+        let id: i64 = parts.next()?.parse().ok()?;
+        match (parts.next(), parts.next(), parts.next()) {
+            (None, _, _) => Some(self.outbox(id)),
+            (Some(k), Some(shards), None) => Some(self.outbox_at(id, k.parse().ok()?, shards.parse().ok()?)),
+            _ => None,
+        }
+    }
+
+    /// Remaining stock of a flash-sale voucher (an integer).
+    pub fn stock(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "stock")
+    }
+
+    /// Hash user id -> order id of the shopper's current order (one per shopper).
+    pub fn buyers(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "buyers")
+    }
+
+    /// Hash order id -> "user_id:created_ms" of every order accepted for the voucher.
+    pub fn orders(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "orders")
+    }
+
+    /// Set of order ids whose unit was put back on sale (returns are idempotent).
+    pub fn returned(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "returned")
+    }
+
+    /// Set of top-up ids whose units were added to the stock (top-ups are idempotent).
+    pub fn topups(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "topups")
+    }
+
+    /// The voucher's outbox stream, read by the relay's consumer group.
+    pub fn outbox(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "outbox")
+    }
+
+    /// The epoch of the newest repair that rewrote the voucher's state (a fence that
+    /// a stalled repairer's late writes cannot pass).
+    pub fn repair_fence(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "repair")
+    }
+
+    /// Set of the voucher ids that have an outbox stream: the relays read these even
+    /// when their voucher cache is empty (Postgres down at start).
+    pub fn outboxes(&self) -> String {
+        format!("{}:outboxes", self.ns)
+    }
+
+    /// Hash of the moves between shards under way: transfer id ->
+    /// "voucher:shards:from:to:units", written before a move's first step and
+    /// removed after its last, so that the recovery pass reads one key per second
+    /// whatever the number of sales and shards (`voucher::refill`).
+    pub fn moves(&self) -> String {
+        format!("{}:moves", self.ns)
+    }
+
+    /// A sale's refill lease (shard 0's hash tag): one refill of the sale at a time
+    /// across instances (`voucher::refill`).
+    pub fn refill_lease(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "refill")
+    }
+
+    /// The epoch whose state this Redis holds (written by the last repair); it
+    /// must equal the epoch Postgres records for the server.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.ns)
+    }
+
+    /// The Redis clock: a number the epoch guard advances on every healthy check
+    /// and Postgres records (`redis_clocks`); below the recorded value, Redis went
+    /// back in time. Tagged with the epoch marker's name, so that both live in
+    /// one slot (read together, on one master of a cluster).
+    pub fn clock(&self) -> String {
+        format!("{ns}:{{{ns}:epoch}}:clock", ns = self.ns)
+    }
+
+    /// Pub/sub channel that tells every instance a voucher or its stock changed.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.ns)
+    }
+
+    /// The value and ceiling keys of one durable daily counter in one epoch: a new
+    /// epoch (after Redis went back in time) starts new keys, which start from the
+    /// durable mark, above every value issued before.
+    pub fn counter(&self, scope: &str, epoch: i64) -> (String, String) {
+        (
+            format!("{}:ctr:{{{}}}:e{}:value", self.ns, scope, epoch),
+            format!("{}:ctr:{{{}}}:e{}:ceiling", self.ns, scope, epoch),
+        )
+    }
+
+    /// A distributed lock's hash (one hash tag per lock).
+    pub fn lock(&self, name: &str) -> String {
+        format!("{}:lock:{{{}}}", self.ns, name)
+    }
+
+    /// The counter of a lock's grants in one Redis epoch (same hash tag as the lock).
+    pub fn lock_fence(&self, name: &str, epoch: i64) -> String {
+        format!("{}:lock:{{{}}}:fence:e{}", self.ns, name, epoch)
+    }
+
+    /// Pub/sub channel on which a release wakes the lock's waiters (payload: name).
+    pub fn lock_released(&self) -> String {
+        format!("{}:lock-released", self.ns)
+    }
+
+    /// The newest fencing token a Redis key protected by a lock has seen; in the
+    /// key's hash slot (a key without a hash tag becomes the tag), so that
+    /// `fenced_set.lua` runs on Redis Cluster too (a key with an empty tag `{}` and
+    /// no other is not supported: it has no tag to share).
+    pub fn fence_seen(&self, key: &str) -> String {
+        match hash_tag(key.as_bytes()) {
+            Some(_) => format!("{key}:fence-seen"),
+            None => format!("{{{key}}}:fence-seen"),
+        }
+    }
+
+    /// Exchange the relay publishes order batches to.
+    pub fn orders_exchange(&self) -> String {
+        format!("{}.orders", self.ns)
+    }
+
+    /// Durable queue the worker consumes.
+    pub fn orders_queue(&self) -> String {
+        format!("{}.orders", self.ns)
+    }
+
+    /// Dead-letter exchange and queue for messages that cannot be persisted.
+    pub fn dead_exchange(&self) -> String {
+        format!("{}.orders.dlx", self.ns)
+    }
+
+    pub fn dead_queue(&self) -> String {
+        format!("{}.orders.dead", self.ns)
+    }
+
+    /// Payment timeouts: messages wait in the delay queue until they expire, then
+    /// the timeout exchange routes them to the timeout queue.
+    pub fn delay_queue(&self) -> String {
+        format!("{}.orders.delay", self.ns)
+    }
+
+    pub fn timeout_exchange(&self) -> String {
+        format!("{}.orders.timeout", self.ns)
+    }
+
+    pub fn timeout_queue(&self) -> String {
+        format!("{}.orders.timeout", self.ns)
+    }
+}

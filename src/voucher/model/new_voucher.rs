@@ -1,0 +1,148 @@
+//! [`NewVoucher`]: a new voucher's body, the OpenAPI schema of what it accepts, and
+//! its validation, with errors that name the field.
+use super::limits::{MAX_MONEY, MAX_SHARDS, MAX_STOCK};
+use super::voucher::FlashSale;
+use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
+use serde_json::{json, Value};
+
+/// A validated `POST /api/v1/admin/vouchers` body. A voucher with `stock`,
+/// `begin_at` and `end_at` is a flash sale; one without them is ordinary. Its
+/// OpenAPI schema (below) states what [`NewVoucher::parse`] accepts.
+#[derive(Clone, Debug)]
+pub struct NewVoucher {
+    pub shop_id: i64,
+    pub title: String,
+    pub sub_title: Option<String>,
+    pub rules: Option<String>,
+    pub pay_value: i64,
+    pub actual_value: i64,
+    pub flash: Option<FlashSale>,
+}
+
+/// Characters Rust's `str::trim` removes (Unicode White_Space), for the patterns
+/// below: spelt out because `\s` means a different set in each regex dialect.
+const WHITE_SPACE: &str = "\\u0009-\\u000d \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+
+impl utoipa::ToSchema for NewVoucher {}
+
+impl utoipa::PartialSchema for NewVoucher {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        let id = serde_json::to_value(crate::id::input_schema()).expect("a schema serialises");
+        let money = json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_MONEY});
+        let (one, many) = (refused_class(Lines::One), refused_class(Lines::Many));
+        let instant = json!({"type": "string", "format": "date-time", "pattern": validate::TIME_YEAR_PATTERN,
+                          "description": "RFC 3339 with an offset, in the years 0001 to 9998 (so that it is one \
+                                          in UTC too); `begin_at` before `end_at`."});
+        // A field that is null counts as absent (`validate::optional`): the ordinary
+        // voucher has none of the flash-sale fields, or only nulls.
+        let schema = json!({
+            "description": "A `POST /api/v1/admin/vouchers` body: a flash sale (`stock`, `begin_at` and \
+                            `end_at`, `begin_at` < `end_at`) or an ordinary voucher (none of the three). \
+                            A field that is null counts as absent. Money is in cents.",
+            "examples": [{"shop_id": "1", "title": "100 off 50", "pay_value": 5000, "actual_value": 10000,
+                          "stock": 100, "begin_at": "2026-01-01T00:00:00+08:00", "end_at": "2099-01-01T00:00:00Z"}],
+            "allOf": [
+                {
+                    "type": "object",
+                    "required": ["shop_id", "title", "pay_value", "actual_value"],
+                    "properties": {
+                        "shop_id": id,
+                        "title": {"type": "string", "minLength": 1, "maxLength": 255,
+                                  "pattern": format!("^[^{one}]*[^{one}{WHITE_SPACE}][^{one}]*$"),
+                                  "description": "Not blank; one line: no control characters, no \
+                                                  bidirectional formatting characters."},
+                        "sub_title": {"type": ["string", "null"], "maxLength": 255, "pattern": format!("^[^{one}]*$"),
+                                      "description": "One line, as `title`."},
+                        "rules": {"type": ["string", "null"], "maxLength": 4096, "pattern": format!("^[^{many}]*$"),
+                                  "description": "Lines (line feeds, carriage returns and tabs allowed); no other \
+                                                  control characters, no bidirectional formatting characters."},
+                        "pay_value": money,
+                        "actual_value": money,
+                    },
+                },
+                {
+                    "oneOf": [
+                        {
+                            "title": "ordinary voucher",
+                            "type": "object",
+                            "properties": {
+                                "stock": {"type": "null"},
+                                "begin_at": {"type": "null"},
+                                "end_at": {"type": "null"},
+                            },
+                        },
+                        {
+                            "title": "flash sale",
+                            "type": "object",
+                            "required": ["stock", "begin_at", "end_at"],
+                            "properties": {
+                                "stock": {"type": "integer", "format": "int32", "minimum": 0, "maximum": MAX_STOCK},
+                                "begin_at": instant,
+                                "end_at": instant,
+                            },
+                        },
+                    ],
+                },
+            ],
+        });
+        serde_json::from_value(schema).expect("the NewVoucher schema is an OpenAPI schema")
+    }
+}
+
+impl NewVoucher {
+    /// Validates a JSON body field by field; the first problem is reported.
+    pub fn parse(body: &Value) -> Result<Self, ValidationError> {
+        let obj = validate::object(body)?;
+        let shop_id = validate::id(required(obj, "shop_id")?, "shop_id")?;
+        let title = text(obj, "title", 255, Lines::One)?.ok_or_else(|| ValidationError::new("title", "is required"))?;
+        if title.trim().is_empty() {
+            return Err(ValidationError::new("title", "must not be blank"));
+        }
+        let sub_title = text(obj, "sub_title", 255, Lines::One)?;
+        let rules = text(obj, "rules", 4096, Lines::Many)?;
+        let pay_value = whole(required(obj, "pay_value")?, "pay_value", 0, MAX_MONEY)?;
+        let actual_value = whole(required(obj, "actual_value")?, "actual_value", 0, MAX_MONEY)?;
+        let stock = optional(obj, "stock")
+            .map(|v| whole(v, "stock", 0, MAX_STOCK))
+            .transpose()?;
+        let begin_at = optional(obj, "begin_at").map(|v| time(v, "begin_at")).transpose()?;
+        let end_at = optional(obj, "end_at").map(|v| time(v, "end_at")).transpose()?;
+        let stock_shards = optional(obj, "stock_shards")
+            .map(|v| whole(v, "stock_shards", 1, MAX_SHARDS))
+            .transpose()?;
+        let flash = match (stock, begin_at, end_at) {
+            (None, None, None) if stock_shards.is_some() => {
+                return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
+            }
+            (None, None, None) => None,
+            (None, _, _) => {
+                return Err(ValidationError::new(
+                    "stock",
+                    "is required for a flash-sale voucher (begin_at/end_at given)",
+                ))
+            }
+            (Some(_), None, _) => return Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
+            (Some(_), _, None) => return Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
+            (Some(stock), Some(begin_at), Some(end_at)) => {
+                if begin_at >= end_at {
+                    return Err(ValidationError::new("end_at", "must be after begin_at"));
+                }
+                Some(FlashSale {
+                    stock: stock as i32,
+                    begin_at,
+                    end_at,
+                    stock_shards: stock_shards.unwrap_or(1) as i32,
+                })
+            }
+        };
+        Ok(Self {
+            shop_id,
+            title,
+            sub_title,
+            rules,
+            pay_value,
+            actual_value,
+            flash,
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! [`Voucher`] as stored and served, and its flash-sale part [`FlashSale`].
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The flash-sale part of a voucher: its three fields are all present (a flash
+/// sale) or all absent (an ordinary voucher, which cannot be ordered through the
+/// flash-sale endpoint).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
+pub struct FlashSale {
+    /// Everything put on sale: the initial stock plus top-ups.
+    #[schema(required = false, minimum = 0, maximum = 100_000_000)]
+    pub stock: i32,
+    /// Before `end_at`.
+    #[schema(required = false)]
+    pub begin_at: DateTime<Utc>,
+    #[schema(required = false)]
+    pub end_at: DateTime<Utc>,
+    /// How many Redis hash slots the sale's stock and shopper marks are spread over
+    /// (default 1), so that one hot sale can use several Redis masters.
+    #[schema(required = false, minimum = 1, maximum = 64)]
+    pub stock_shards: i32,
+}
+
+impl FlashSale {
+    /// `stock_shards` as a count (at least 1).
+    pub fn shards(&self) -> u32 {
+        self.stock_shards.max(1) as u32
+    }
+}
+
+/// A voucher. Money is in cents.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq, ToSchema)]
+pub struct Voucher {
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
+    pub id: i64,
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
+    pub shop_id: i64,
+    #[schema(min_length = 1, max_length = 255)]
+    pub title: String,
+    #[schema(required = true, max_length = 255)]
+    pub sub_title: Option<String>,
+    #[schema(required = true, max_length = 4096)]
+    pub rules: Option<String>,
+    #[schema(minimum = 0)]
+    pub pay_value: i64,
+    #[schema(minimum = 0)]
+    pub actual_value: i64,
+    #[serde(flatten)]
+    #[schema(value_type = FlashSale)]
+    pub flash: Option<FlashSale>,
+    /// True while an admin has paused the flash sale: orders get 409 `sale_paused`
+    /// on every instance. Always false for an ordinary voucher.
+    pub paused: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Voucher {
+    pub fn is_flash_sale(&self) -> bool {
+        self.flash.is_some()
+    }
+}
