@@ -54,14 +54,5 @@ pub use pauses::{watch_pauses, PAUSE_CHECK_EVERY};
 pub use store::VoucherCache;
 pub use word::SOLD_OUT_TTL;
 
-// What the tests (tests.rs, `use super::*`) reach beyond the items above.
-#[cfg(test)]
-use {
-    crate::voucher::model::Voucher,
-    std::sync::atomic::Ordering,
-    std::time::Duration,
-    word::{flagged_at, stamp, FLAG, GEN_SHIFT, TTL_MS},
-};
-
 #[cfg(test)]
 mod tests;
