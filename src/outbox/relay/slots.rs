@@ -100,6 +100,11 @@ impl Relay {
                 Ok(r) => keys.extend(r.into_iter().flat_map(|r| r.keys)),
                 Err(e) => {
                     failures += 1;
+                    // A read that timed out may still have been carried out (a master
+                    // that stalled runs it once it wakes): its entries would be
+                    // pending for this consumer, unseen until claimed. The next round
+                    // reads this consumer's pending entries first.
+                    self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
                     if self.warn_for_slot(*slot) {
                         tracing::warn!(slot, outboxes = ?group, error = %format!("{e:#}"), "reading one slot's outboxes failed; the others go on (said once per slot every 10 s)");
                     }
