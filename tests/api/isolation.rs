@@ -165,7 +165,25 @@ async fn a_master_that_does_not_answer_stops_only_its_own_sales() {
         StatusCode::ACCEPTED,
         "the master answers again: its sale sells: {body}"
     );
-    persisted(&app, stopped, 2).await.expect("its orders persisted");
+    if persisted(&app, stopped, 2).await.is_none() {
+        let outbox = ns.keys().outbox(stopped);
+        let mut conn = app.redis().await;
+        let (len, pending): (i64, redis::Value) = redis::pipe()
+            .cmd("XLEN")
+            .arg(&outbox)
+            .cmd("XPENDING")
+            .arg(&outbox)
+            .arg(seckill::keys::RELAY_GROUP)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        panic!(
+            "its orders persisted: stats {}, outbox length {len}, pending {pending:?}, relayed {}, persisted {}",
+            app.stats(stopped).await,
+            app.metric("seckill_relay_published_orders_total").await,
+            app.metric("seckill_orders_persisted_total{result=\"created\"}").await,
+        );
+    }
     assert_balanced(&app, stopped).await;
     assert_balanced(&app, healthy).await;
 }
