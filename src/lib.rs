@@ -17,6 +17,9 @@
 //! [`sequence`] (daily business numbers and the durable counter behind order ids),
 //! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now")
 //! and [`clock_skew`] (how far it is from Postgres's).
+//!
+//! Every module with its one job, top to bottom (imports only point down):
+//! `docs/ARCHITECTURE.md`, "The house".
 pub mod app;
 pub mod broker;
 pub mod cli;
