@@ -42,6 +42,9 @@ pub struct Relay {
     left_pending: std::sync::atomic::AtomicBool,
     /// When each failing slot was last logged as a warning.
     slot_warned: std::sync::Mutex<HashMap<u16, Instant>>,
+    /// Slots whose last read failed: their next read takes this consumer's
+    /// pending entries (a read that timed out may have been carried out).
+    reread: std::sync::Mutex<std::collections::HashSet<u16>>,
     /// Orders per outbox entry in the last round that read any (at least 1): an
     /// entry carries the orders of one `reserve.lua` call, so a read asks for
     /// about `batch` orders' worth of entries ([`Relay::entries_per_read`]).
@@ -101,6 +104,7 @@ impl Relay {
             registry: Default::default(),
             left_pending: Default::default(),
             slot_warned: Default::default(),
+            reread: Default::default(),
             per_entry: std::sync::atomic::AtomicUsize::new(1),
         }
     }

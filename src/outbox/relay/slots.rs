@@ -8,7 +8,7 @@ use super::{Read, Relay, BLOCK_MS, CLUSTER_POLL_MS};
 use crate::keys::RELAY_GROUP;
 use anyhow::{Context, Result};
 use redis::streams::StreamReadReply;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 static OUTBOX_ACK: std::sync::LazyLock<redis::Script> =
@@ -78,17 +78,23 @@ impl Relay {
             }
         }
         let block = by_slot.len() == 1;
-        let replies = futures::future::join_all(by_slot.iter().map(|(_, group)| {
+        let reread: HashSet<u16> = self.reread.lock().expect("reread poisoned").clone();
+        let replies = futures::future::join_all(by_slot.iter().map(|(slot, group)| {
             let mut conn = conn.clone();
+            let read = if reread.contains(slot) { Read::OwnPending } else { read };
             async move {
-                match read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await {
+                let r = match read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await {
                     // Redis lost the consumer group (or the stream): made again.
                     Err(e) if e.code() == Some("NOGROUP") => {
                         self.ensure_groups(group).await?;
-                        Ok(read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await?)
+                        read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await?
                     }
-                    other => Ok(other?),
+                    other => other?,
+                };
+                if read == Read::OwnPending {
+                    self.reread.lock().expect("reread poisoned").remove(slot);
                 }
+                anyhow::Ok(r)
             }
         }))
         .await;
@@ -102,9 +108,10 @@ impl Relay {
                     failures += 1;
                     // A read that timed out may still have been carried out (a master
                     // that stalled runs it once it wakes): its entries would be
-                    // pending for this consumer, unseen until claimed. The next round
-                    // reads this consumer's pending entries first.
-                    self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                    // pending for this consumer, unseen until claimed. This slot's
+                    // next read takes this consumer's pending entries first (only
+                    // this slot's: the others go on reading new entries).
+                    self.reread.lock().expect("reread poisoned").insert(*slot);
                     if self.warn_for_slot(*slot) {
                         tracing::warn!(slot, outboxes = ?group, error = %format!("{e:#}"), "reading one slot's outboxes failed; the others go on (said once per slot every 10 s)");
                     }
