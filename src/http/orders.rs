@@ -48,6 +48,12 @@ pub async fn place(
     // The admission middleware counts only the refusals that never got here.
     req.extensions_mut().insert(super::admission::HandlerRan);
     let voucher_id = path_id(&path)?;
+    // What the instance answers alone (sold out, outside the window) costs the
+    // crowd nothing more: not even a place in the per-shopper rate limiter.
+    if let Some(refusal) = state.orders.refusal(voucher_id) {
+        state.metrics.order(refusal.outcome());
+        return Err(refusal.into());
+    }
     if let Err(limited) = state.admission.check_user(caller.user_id) {
         state.metrics.order("rate_limited");
         return Err(limited);

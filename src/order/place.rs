@@ -34,8 +34,9 @@ use crate::clock_skew::ClockSkew;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::VoucherCache;
+use crate::voucher::cache::{Entry, VoucherCache};
 use crate::voucher::refill::{refill, Refill};
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
 /// What placing an order needs.
@@ -97,8 +98,11 @@ impl Movers {
 }
 
 impl OrderDesk {
-    /// Places `user_id`'s order for `voucher_id`; returns the new order's id.
-    pub async fn place(&self, voucher_id: i64, user_id: i64) -> Result<i64, Refusal> {
+    /// The refusals this process decides alone, from the cache and its clock: no
+    /// such voucher, not a flash sale, paused, a clock too far off, outside the
+    /// window. The voucher's entry otherwise, and the instant the window was
+    /// judged at.
+    fn judge(&self, voucher_id: i64) -> Result<(Arc<Entry>, DateTime<Utc>), Refusal> {
         let entry = self.cache.get(voucher_id).ok_or(Refusal::VoucherNotFound)?;
         let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
         if entry.voucher.paused {
@@ -119,6 +123,25 @@ impl OrderDesk {
         if now >= flash.end_at {
             return Err(Refusal::Ended(flash.end_at));
         }
+        Ok((entry, now))
+    }
+
+    /// The refusal of an order this process can answer at once, before anything
+    /// else is spent on it (the per-shopper rate limit, an order id, Redis): the
+    /// crowd after a sell-out, or outside the window, costs a cache lookup. `None`
+    /// when the order is to be placed ([`OrderDesk::place`]), the one request that
+    /// is to probe a sold-out flag with Redis included.
+    pub fn refusal(&self, voucher_id: i64) -> Option<Refusal> {
+        match self.judge(voucher_id) {
+            Err(r) => Some(r),
+            Ok((entry, _)) => entry.known_sold_out().then_some(Refusal::SoldOut),
+        }
+    }
+
+    /// Places `user_id`'s order for `voucher_id`; returns the new order's id.
+    pub async fn place(&self, voucher_id: i64, user_id: i64) -> Result<i64, Refusal> {
+        let (entry, now) = self.judge(voucher_id)?;
+        let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
         let (known_sold_out, seen) = entry.read_sold_out_flag();
         if known_sold_out {
             return Err(Refusal::SoldOut);

@@ -37,6 +37,41 @@ async fn a_shopper_over_the_limit_gets_429_with_retry_after() {
     app.shutdown().await;
 }
 
+/// What the instance answers alone (sold out from its flag, a sale not started)
+/// comes before the per-shopper limit: a shopper who keeps asking is told so every
+/// time, and takes no place in the limiter. The shopper who asks for a sale that
+/// sells is limited as before.
+#[tokio::test]
+async fn refusals_the_instance_answers_alone_come_before_the_per_shopper_limit() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RATE_LIMIT_PER_USER", "1")
+        .spawn()
+        .await;
+    let sold = app.flash_sale(1).await;
+    let now = chrono::Utc::now();
+    let later = app
+        .flash_sale_between(5, now + chrono::Duration::hours(1), now + chrono::Duration::hours(2))
+        .await;
+    assert_eq!(app.order(sold, 1).await.0, StatusCode::ACCEPTED);
+    // The answer that sets this instance's flag, from Redis.
+    assert_eq!(code(&app.order(sold, 2).await.1), "sold_out");
+    // Three rounds: well within the flag's second of trust, so no probe (which goes
+    // through the limiter, once a second) falls among them.
+    for _ in 0..3 {
+        assert_eq!(code(&app.order(sold, 3).await.1), "sold_out");
+        assert_eq!(code(&app.order(later, 3).await.1), "sale_not_started");
+    }
+    let open = app.flash_sale(10).await;
+    let answers: Vec<String> = futures::future::join_all((0..4).map(|_| app.order(open, 4)))
+        .await
+        .into_iter()
+        .map(|(_, body)| code(&body).to_owned())
+        .collect();
+    assert!(answers.iter().any(|c| c == "rate_limited"), "{answers:?}");
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_address_over_the_limit_gets_429_but_health_checks_do_not() {
     let ns = Namespace::new().await;

@@ -65,6 +65,13 @@ impl Entry {
         }
     }
 
+    /// Whether the flag is set and still trusted: a look that changes nothing
+    /// (no probe is taken; [`Entry::read_sold_out_flag`] decides who probes).
+    pub fn known_sold_out(&self) -> bool {
+        let s = self.state.load(Ordering::Acquire);
+        s & FLAG != 0 && trusted(s, now_ms())
+    }
+
     /// Records "sold out" (or renews the flag) unless stock came back since `seen`.
     pub fn mark_sold_out(&self, seen: Observed) {
         self.mark_sold_out_at(seen, now_ms())
