@@ -16,6 +16,9 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
   sale   one sale of ORDERS stock and ORDERS shoppers under `seckill all`: every
          order persisted; the API process's peak RSS (VmHWM) and RabbitMQ's memory,
          its payment-timeout queues and their messages afterwards.
+  refuse the crowd after the sell-out: ORDERS distinct shoppers, each once, on a
+         sale of one unit already sold (every answer 409 sold_out from the
+         instance's flag); requests per second and CPU per answered request.
 
 CPU is read from /proc: the seckill processes this script started, the Redis server
 at REDIS_URL (its INFO process_id), every beam.smp (RabbitMQ), every postgres
@@ -281,9 +284,9 @@ def user_base():
     return (int(time.time()) % 100000) * 10_000_000 + 1
 
 
-def report_cpu(title, used, orders, wrk_cpu=None):
+def report_cpu(title, used, orders, wrk_cpu=None, per="persisted order"):
     print(title)
-    print(f"| process | CPU s | µs per persisted order |")
+    print(f"| process | CPU s | µs per {per} |")
     print(f"|---|---|---|")
     total = 0.0
     for name in ("seckill", "redis", "rabbitmq", "postgres"):
@@ -317,6 +320,37 @@ def run_cost(args, env):
               f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms; last order persisted {done - w['end']:.2f}s after the last answer")
         print("batching: %s, %s" % dep.batching())
         report_cpu("", used, accepted, w["cpu"])
+        os.unlink(tokens)
+    finally:
+        dep.stop()
+
+
+def run_refuse(args, env):
+    """The crowd after the sell-out: N distinct shoppers, each once, on a sale of
+    one unit already sold: every answer is 409 sold_out, from the instance's flag."""
+    dep = Deployment("r", env)
+    try:
+        dep.start("all")
+        dep.wait_ready()
+        voucher = dep.voucher(1)
+        for user in (1, 2):
+            try:
+                http("POST", f"{dep.url}/api/v1/vouchers/{voucher}/orders", dep.token(user))
+            except urllib.error.HTTPError:
+                pass
+        tokens = f"/tmp/bench-cost-{dep.ns}.tokens"
+        mint(dep, user_base(), args.orders, tokens)
+        time.sleep(1)
+        cpu = Cpu([dep.procs["all"].pid])
+        before = cpu.snapshot()
+        w = wrk(dep, voucher, tokens, args.connections)
+        after = cpu.snapshot()
+        used = {k: after[k] - before[k] for k in after}
+        answered = sum(w["statuses"].values())
+        print(f"\n## refuse: {args.orders} shoppers on a sold-out sale, wrk -t2 -c{args.connections}")
+        print(f"answered {answered} in {w['secs']:.2f}s = {answered / w['secs']:.0f} requests/s; wrk statuses {w['statuses']}; "
+              f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms")
+        report_cpu("", used, answered, w["cpu"], per="answered request")
         os.unlink(tokens)
     finally:
         dep.stop()
@@ -403,7 +437,7 @@ def run_sale(args, env):
 def main():
     global BIN
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["cost", "drain", "sale"])
+    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse"])
     ap.add_argument("--orders", type=int, default=100_000)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
@@ -414,7 +448,7 @@ def main():
     env = dict(e.split("=", 1) for e in args.env)
     BIN = os.path.abspath(args.bin)
     for _ in range(args.runs):
-        {"cost": run_cost, "drain": run_drain, "sale": run_sale}[args.what](args, env)
+        {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse}[args.what](args, env)
 
 
 if __name__ == "__main__":
