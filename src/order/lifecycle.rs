@@ -8,13 +8,17 @@
 //! removes the shopper's mark and every instance's sold-out flag is cleared. A crash
 //! between the two is finished by [`Lifecycle::recover_returns`].
 //!
-//! Lock order: a transaction that writes both a voucher's row and order rows locks
-//! the voucher row first (several vouchers in ascending id), then the order rows, as
-//! the worker's batch transaction does (`worker::persist`). The other order closes a
-//! cycle: a cancellation holding an order row and waiting for the voucher row, the
-//! worker holding the voucher row and re-inserting that order (a redelivered batch;
-//! `ON CONFLICT` waits for the transaction that changed the row). Postgres then
-//! aborts one of them with "deadlock detected". Here only [`Lifecycle::cancel_in_pg`]
+//! Lock order: a transaction that writes both a voucher's row and order rows and
+//! may wait for an order row locks the voucher row first (several vouchers in
+//! ascending id), then the order rows, as the worker's locked way does
+//! (`worker::persist::locked`). The other order closes a cycle: a cancellation
+//! holding an order row and waiting for the voucher row, the worker holding the
+//! voucher row and re-inserting that order (a redelivered batch; `ON CONFLICT`
+//! waits for the transaction that changed the row). Postgres then aborts one of
+//! them with "deadlock detected". The worker's common way
+//! (`worker::persist::unlocked`) inserts its order rows before it locks any voucher
+//! row and writes no order row after: it waits for a cancellation, never the
+//! other way round. Here only [`Lifecycle::cancel_in_pg`]
 //! writes both; [`Lifecycle::sweep_unpaid`] and the payment timeout cancel through
 //! it, one order per transaction, and [`Lifecycle::recover_returns`] and
 //! [`Lifecycle::pay`] write one row per statement.
@@ -73,8 +77,8 @@ impl Lifecycle {
     /// The Postgres half of a cancellation: status, stock +1 and a pending return,
     /// in one transaction. None if the order is not `created` (or not the owner's).
     ///
-    /// Locks in the worker's order (see the module doc): the voucher row first, then
-    /// the order row.
+    /// Locks in the order of the module doc: the voucher row first, then the order
+    /// row.
     pub async fn cancel_in_pg(&self, order_id: i64, by: Canceller) -> Result<Option<(Order, StockReturn)>> {
         let mut tx = self.pg.begin().await?;
         let owner = match by {

@@ -171,11 +171,11 @@ impl Relay {
         Ok(())
     }
 
-    /// One round: read up to `batch` entries per outbox, record them as about to be
-    /// published ([`intent`]), publish them as one message, wait for the broker's
-    /// confirm, then acknowledge them and drop them from the
-    /// outbox (`lua/outbox_ack.lua`). Returns how many
-    /// orders were published.
+    /// One round: read about `batch` orders' worth of entries per outbox
+    /// ([`Relay::entries_per_read`]), record them as about to be published
+    /// ([`intent`]), publish them in messages of at most `batch` orders, wait for
+    /// the broker's confirms, then acknowledge the entries and drop them from the
+    /// outbox (`lua/outbox_ack.lua`). Returns how many orders were published.
     pub async fn step(&self, channel: &Channel, read: Read) -> Result<usize> {
         // A round that reads nothing leaves a pending re-read for the next one.
         let keep_pending = || {
@@ -236,11 +236,16 @@ impl Relay {
             self.per_entry
                 .store(orders.len().div_ceil(entries), std::sync::atomic::Ordering::Relaxed);
         }
-        if !orders.is_empty() {
+        // A message carries at most `batch` orders: a round may read more (a read
+        // asks each outbox for about `batch` orders' worth of entries, by the last
+        // round's orders per entry). If a later message cannot be published, the
+        // round's entries stay pending and are published again, the earlier
+        // messages' orders too (the worker stores each order once).
+        for chunk in orders.chunks(self.batch.max(1)) {
             // Recorded before the publish, under the epoch they were read in (see
             // `intent`): a repair that began meanwhile refuses it, and the entries
             // stay pending for the repair to read.
-            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), epoch, &orders).await? else {
+            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), epoch, chunk).await? else {
                 self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(
                     epoch,
@@ -249,18 +254,18 @@ impl Relay {
                 );
                 return Ok(0);
             };
-            if let Err(e) = self.publish(channel, &orders, intent).await {
+            if let Err(e) = self.publish(channel, chunk, intent).await {
                 self.metrics.relay_confirms.with_label_values(&["error"]).inc();
                 return Err(e);
             }
             self.metrics.relay_confirms.with_label_values(&["ack"]).inc();
-            self.metrics.relay_published.inc_by(orders.len() as u64);
-            let now_ms = chrono::Utc::now().timestamp_millis();
-            for o in &orders {
-                self.metrics
-                    .relay_lag_seconds
-                    .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
-            }
+            self.metrics.relay_published.inc_by(chunk.len() as u64);
+        }
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        for o in &orders {
+            self.metrics
+                .relay_lag_seconds
+                .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
         }
         // On the connection the entries were read from (a server Postgres vouched
         // for), never on a new one that may be another server.

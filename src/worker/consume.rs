@@ -13,9 +13,6 @@ use lapin::types::FieldTable;
 use lapin::Channel;
 use tokio_util::sync::CancellationToken;
 
-/// Batches a worker persists at once, each in its own transaction.
-const IN_FLIGHT: usize = 4;
-
 impl Worker {
     /// Consumes until `stop`, reconnecting after failures.
     pub async fn run(&self, stop: CancellationToken) {
@@ -63,7 +60,7 @@ impl Worker {
         // `persist::unlocked`).
         let mut running = futures::stream::FuturesUnordered::new();
         let mut failure = None;
-        let per_batch = (self.prefetch as usize).div_ceil(IN_FLIGHT).max(1);
+        let per_batch = (self.prefetch as usize).div_ceil(self.in_flight).max(1);
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -74,8 +71,19 @@ impl Worker {
                     }
                     continue;
                 }
-                d = consumer.next(), if running.len() < IN_FLIGHT => d,
+                d = consumer.next(), if running.len() < self.in_flight => d,
                 d = dead.next() => {
+                    // The batches in flight finish first: a dead letter of the same
+                    // sale would wait for their voucher locks while they, not
+                    // polled, waited for it.
+                    while let Some(done) = running.next().await {
+                        if let Err(e) = done {
+                            failure.get_or_insert(e);
+                        }
+                    }
+                    if failure.is_some() {
+                        break;
+                    }
                     let dead_letter = async {
                         let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
                         let _held = Held::new(&self.holding, 1);

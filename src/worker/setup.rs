@@ -15,6 +15,8 @@ pub struct Worker {
     pub(super) broker: Arc<Broker>,
     pub(super) prefetch: u16,
     pub(super) batch: usize,
+    /// Batches persisted at once, each in its own transaction ([`in_flight`]).
+    pub(super) in_flight: usize,
     pub(super) payment_window: Duration,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
 }
@@ -34,8 +36,27 @@ impl Worker {
             broker,
             prefetch: settings.worker_prefetch,
             batch: settings.worker_batch,
+            in_flight: in_flight(settings.db_max_connections),
             payment_window: settings.payment_window,
             metrics,
         }
+    }
+}
+
+/// Batches a worker persists at once: four, fewer on a small pool. Each holds a
+/// connection for its transaction and takes another, for a moment, for its
+/// business numbers (the sequences share the worker's pool), and the heartbeat
+/// and the sweeps need one: a pool of `2 × in flight + 1` connections always
+/// leaves a batch the connection it waits for.
+fn in_flight(pool: u32) -> usize {
+    ((pool as usize).saturating_sub(1) / 2).clamp(1, 4)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_small_pool_persists_fewer_batches_at_once() {
+        let got: Vec<usize> = [1, 2, 3, 4, 5, 8, 9, 16].map(super::in_flight).to_vec();
+        assert_eq!(got, vec![1, 1, 1, 1, 2, 3, 4, 4]);
     }
 }

@@ -246,13 +246,17 @@ async fn batches_of_one_sale_persisted_at_once_never_take_more_than_its_stock() 
         })
     });
     let outcomes = futures::future::join_all(runs).await;
-    let (mut created, mut failed, mut retries) = (0, 0, 0);
+    let (mut created, mut failed, mut retries, mut renumbered) = (0, 0, 0, 0);
     for r in outcomes {
         let (o, n) = r.unwrap();
         created += o.created;
         failed += o.failed;
         retries += n;
+        renumbered += o.number_collisions + o.id_collisions;
     }
+    // A number handed out twice would show here (the unique index makes the
+    // worker number the order again), not as two orders with one number.
+    assert_eq!(renumbered, 0, "no business number or id issued twice");
     let counts: Vec<(i64, String, i64)> =
         sqlx::query_as("SELECT voucher_id, status, count(*) FROM voucher_orders GROUP BY 1, 2 ORDER BY 1, 2")
             .fetch_all(app.pg())

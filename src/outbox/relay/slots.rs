@@ -83,15 +83,19 @@ impl Relay {
             let mut conn = conn.clone();
             let read = if reread.contains(slot) { Read::OwnPending } else { read };
             async move {
-                let r = match read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await {
+                let count = self.entries_per_read();
+                let r = match read_group(&mut conn, &self.consumer, count, group, read, block).await {
                     // Redis lost the consumer group (or the stream): made again.
                     Err(e) if e.code() == Some("NOGROUP") => {
                         self.ensure_groups(group).await?;
-                        read_group(&mut conn, &self.consumer, self.entries_per_read(), group, read, block).await?
+                        read_group(&mut conn, &self.consumer, count, group, read, block).await?
                     }
                     other => other?,
                 };
-                if read == Read::OwnPending {
+                // Its pending entries read to the end (no outbox gave a full count):
+                // the slot reads new entries again.
+                let full = r.as_ref().is_some_and(|r| r.keys.iter().any(|k| k.ids.len() >= count));
+                if read == Read::OwnPending && !full {
                     self.reread.lock().expect("reread poisoned").remove(slot);
                 }
                 anyhow::Ok(r)
