@@ -21,7 +21,8 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
          instance's flag); requests per second and CPU per answered request.
 
 CPU is read from /proc: the seckill processes this script started, the Redis server
-at REDIS_URL (its INFO process_id), every beam.smp (RabbitMQ), every postgres
+at REDIS_URL (its INFO process_id; with BENCH_REDIS_CLUSTER, every node of that
+cluster, which seckill then runs on; `cost` and `refuse` only), every beam.smp (RabbitMQ), every postgres
 process plus what the postmaster reaped (cutime), and wrk (getrusage of children).
 """
 import argparse
@@ -38,6 +39,10 @@ HZ = os.sysconf("SC_CLK_TCK")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("SECKILL_BIN", os.path.join(ROOT, "target/release/seckill"))
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379")
+# BENCH_REDIS_CLUSTER: the seed URLs of a Redis Cluster (scripts/redis_cluster.sh
+# --urls): seckill runs on it and the Redis CPU is every node's (masters and
+# replicas: a replica applies every write too).
+CLUSTER_URLS = [u for u in os.environ.get("BENCH_REDIS_CLUSTER", "").split(",") if u]
 PG_BASE = os.environ.get("BENCH_PG_BASE", "postgres://root@127.0.0.1:5432")
 
 
@@ -59,9 +64,13 @@ def pids(name):
     return [int(p) for p in out.split()]
 
 
-def redis_pid():
-    out = subprocess.run(["redis-cli", "-u", REDIS_URL, "INFO", "server"], capture_output=True, text=True).stdout
+def redis_pid(url=REDIS_URL):
+    out = subprocess.run(["redis-cli", "-u", url, "INFO", "server"], capture_output=True, text=True).stdout
     return int(re.search(r"process_id:(\d+)", out).group(1))
+
+
+def redis_pids():
+    return [redis_pid(u) for u in CLUSTER_URLS] if CLUSTER_URLS else [redis_pid()]
 
 
 def postmaster_pid():
@@ -76,7 +85,7 @@ class Cpu:
 
     def __init__(self, seckill_pids):
         self.seckill = list(seckill_pids)
-        self.redis = redis_pid()
+        self.redis = redis_pids()
         self.postmaster = postmaster_pid()
 
     def snapshot(self):
@@ -84,7 +93,7 @@ class Cpu:
         pg += proc_ticks(self.postmaster, children=True)
         return {
             "seckill": sum(proc_ticks(p) for p in self.seckill),
-            "redis": proc_ticks(self.redis),
+            "redis": sum(proc_ticks(p) for p in self.redis),
             "rabbitmq": sum(proc_ticks(p) for p in pids("beam.smp")),
             "postgres": pg,
         }
@@ -121,7 +130,8 @@ class Deployment:
         self.env = dict(os.environ)
         self.env.update({
             "DATABASE_URL": self.db,
-            "REDIS_URL": REDIS_URL,
+            "REDIS_URL": ",".join(CLUSTER_URLS) if CLUSTER_URLS else REDIS_URL,
+            "SECKILL_REDIS_CLUSTER": "true" if CLUSTER_URLS else "false",
             "SECKILL_NAMESPACE": self.ns,
             "SECKILL_HTTP_ADDR": f"127.0.0.1:{self.port}",
             "SECKILL_JWT_SECRET": "bench-cost-secret-0123456789abcdef",
@@ -214,10 +224,17 @@ class Deployment:
                 p.kill()
         self.log.close()
         psql(PG_BASE + "/postgres", f"DROP DATABASE IF EXISTS {self.db_name} WITH (FORCE)")
-        keys = subprocess.run(["redis-cli", "-u", REDIS_URL, "--scan", "--pattern", f"*{self.ns}*"],
-                              capture_output=True, text=True).stdout.split()
-        for i in range(0, len(keys), 500):
-            subprocess.run(["redis-cli", "-u", REDIS_URL, "UNLINK", *keys[i:i + 500]], capture_output=True)
+        for url in CLUSTER_URLS or [REDIS_URL]:
+            keys = subprocess.run(["redis-cli", "-u", url, "--scan", "--pattern", f"*{self.ns}*"],
+                                  capture_output=True, text=True).stdout.split()
+            if CLUSTER_URLS:
+                # One slot per command on a cluster (a replica's scan names its
+                # master's keys: -c follows the redirection).
+                for k in keys:
+                    subprocess.run(["redis-cli", "-c", "-u", url, "UNLINK", k], capture_output=True)
+                continue
+            for i in range(0, len(keys), 500):
+                subprocess.run(["redis-cli", "-u", url, "UNLINK", *keys[i:i + 500]], capture_output=True)
         queues = subprocess.run(["rabbitmqctl", "-q", "list_queues", "name"], capture_output=True, text=True).stdout.split()
         for q in queues:
             if q.startswith(self.ns + "."):
