@@ -1,7 +1,9 @@
 //! `seckill-bench`: the load generator (`crowd`) and the lock benchmark (`lock`),
 //! kept out of the product so that their HTTP client and histograms are not the
 //! service's dependencies. Settings come from the same environment as the service's.
-mod bench;
+mod crowd;
+mod lock;
+mod redis_stats;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -17,9 +19,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Fires a flash crowd at a running server and checks the invariants.
-    Crowd(bench::Args),
+    Crowd(crowd::Args),
     /// Measures the distributed lock: uncontended rate and hand-over latency.
-    Lock(bench::LockArgs),
+    Lock(lock::LockArgs),
 }
 
 #[tokio::main]
@@ -27,7 +29,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     let settings = Settings::from_env()?;
     match cli.command {
-        Command::Crowd(args) => bench::run(args, &settings).await,
-        Command::Lock(args) => bench::run_lock(args, &settings).await,
+        Command::Crowd(args) => crowd::run(args, &settings).await,
+        Command::Lock(args) => lock::run_lock(args, &settings).await,
     }
 }

@@ -1,32 +1,9 @@
-//! What a client expects of a well-kept HTTP API: `Location` on 201 and 202, an
-//! `X-Request-Id` on every answer, `already_ordered` naming the existing order,
-//! and `Idempotency-Key` on the admin's create and top-up.
-use crate::helpers::*;
-use crate::orders::reserve_calls;
-use reqwest::StatusCode;
-use serde_json::{json, Value};
-
-fn flash_body(title: &str) -> Value {
-    let now = chrono::Utc::now();
-    json!({"shop_id": "7", "title": title, "pay_value": 100, "actual_value": 1000, "stock": 10,
-           "begin_at": (now - chrono::Duration::seconds(1)).to_rfc3339(),
-           "end_at": (now + chrono::Duration::hours(1)).to_rfc3339()})
-}
-
-/// A POST with an optional Idempotency-Key: status, Location, body.
-async fn post_keyed(app: &TestApp, path: &str, key: Option<&str>, body: &Value) -> (StatusCode, Option<String>, Value) {
-    let mut req = app
-        .client
-        .post(format!("{}{path}", app.addr))
-        .bearer_auth(app.admin())
-        .json(body);
-    if let Some(key) = key {
-        req = req.header("Idempotency-Key", key);
-    }
-    let resp = req.send().await.unwrap();
-    let location = resp.headers().get("location").map(|v| v.to_str().unwrap().to_owned());
-    (resp.status(), location, resp.json().await.unwrap_or(Value::Null))
-}
+//! conventions: `created_and_accepted_answers_say_where_the_resource_is`,
+//! `every_answer_carries_a_request_id`,
+//! `a_rate_limited_answer_carries_a_request_id`,
+//! `already_ordered_names_the_existing_order`,
+//! `an_idempotency_key_creates_one_voucher`, `an_idempotency_key_tops_up_once`.
+use super::*;
 
 #[tokio::test]
 async fn created_and_accepted_answers_say_where_the_resource_is() {
@@ -277,38 +254,5 @@ async fn an_idempotency_key_tops_up_once() {
         .await
         .unwrap();
     assert_eq!(topups, 2);
-    app.shutdown().await;
-}
-
-/// The document declares the new headers: Location on 201 and 202, X-Request-Id
-/// on every answer, Idempotency-Key on the admin's create and top-up.
-#[tokio::test]
-async fn the_document_declares_the_headers() {
-    let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
-    let (_, doc) = app.get("/api-docs/openapi.json", None).await;
-    let paths = &doc["paths"];
-    assert!(paths["/api/v1/admin/vouchers"]["post"]["responses"]["201"]["headers"]["Location"].is_object());
-    assert!(paths["/api/v1/vouchers/{id}/orders"]["post"]["responses"]["202"]["headers"]["Location"].is_object());
-    for (path, item) in paths.as_object().unwrap() {
-        for (method, op) in item.as_object().unwrap() {
-            for (status, response) in op["responses"].as_object().unwrap() {
-                assert!(
-                    response["headers"]["X-Request-Id"].is_object(),
-                    "{method} {path} {status} lacks X-Request-Id"
-                );
-            }
-        }
-    }
-    for path in ["/api/v1/admin/vouchers", "/api/v1/admin/vouchers/{id}/stock"] {
-        let params = paths[path]["post"]["parameters"].as_array().unwrap();
-        assert!(
-            params
-                .iter()
-                .any(|p| p["name"] == "Idempotency-Key" && p["in"] == "header"),
-            "{path}"
-        );
-        assert!(paths[path]["post"]["responses"]["422"].is_object(), "{path}");
-    }
     app.shutdown().await;
 }

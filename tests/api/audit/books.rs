@@ -1,35 +1,9 @@
-//! `GET /api/v1/admin/vouchers/{id}/audit`: the sale's books, and the
-//! `seckill_sales_unbalanced` gauge.
-use crate::helpers::*;
-use futures::future::join_all;
-use reqwest::StatusCode;
-use serde_json::{json, Value};
-use std::sync::Arc;
-use std::time::Duration;
-
-async fn audit(app: &TestApp, voucher: i64) -> Value {
-    let (status, body) = app
-        .get(&format!("/api/v1/admin/vouchers/{voucher}/audit"), Some(&app.admin()))
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body
-}
-
-/// The value of one series on `/metrics` (None if absent).
-async fn gauge(app: &TestApp, series: &str) -> Option<f64> {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
+//! audit: `audit_balances_after_orders_and_a_cancellation`,
+//! `audit_counts_orders_held_in_the_outbox_as_in_flight`,
+//! `audit_names_the_failed_check_and_the_gauge_counts_the_running_sale`,
+//! `orders_redis_has_no_record_of_unbalance_the_books`,
+//! `a_failed_order_unbalances_the_books_before_and_after_a_repair`.
+use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn audit_balances_after_orders_and_a_cancellation() {
@@ -259,56 +233,5 @@ async fn a_failed_order_unbalances_the_books_before_and_after_a_repair() {
     assert_eq!(a["redis"]["stock_remaining"], 8, "rebuilt from Postgres: {a:#}");
     assert_eq!(a["checks"]["no_failed_orders"], false, "{a:#}");
     assert_eq!(a["balanced"], false, "after a repair: {a:#}");
-    app.shutdown().await;
-}
-
-#[tokio::test]
-async fn audit_answers_401_403_404_400_and_409() {
-    let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
-    let v = app.flash_sale(5).await;
-    let path = format!("/api/v1/admin/vouchers/{v}/audit");
-
-    let (status, body) = app.get(&path, None).await;
-    assert_eq!((status, code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
-    let (status, body) = app.get(&path, Some("not-a-token")).await;
-    assert_eq!((status, code(&body)), (StatusCode::UNAUTHORIZED, "unauthorized"));
-    let (status, body) = app.get(&path, Some(&app.shopper(9))).await;
-    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
-    let (status, body) = app.get(&path, Some(&app.service())).await;
-    assert_eq!((status, code(&body)), (StatusCode::FORBIDDEN, "forbidden"));
-
-    let admin = app.admin();
-    let (status, body) = app
-        .get(&format!("/api/v1/admin/vouchers/{}/audit", v + 1000), Some(&admin))
-        .await;
-    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
-    assert!(body["error"]["message"].is_string(), "{body}");
-    for bad in ["abc", "0", "-1", "99999999999999999999"] {
-        let (status, body) = app
-            .get(&format!("/api/v1/admin/vouchers/{bad}/audit"), Some(&admin))
-            .await;
-        assert_eq!(
-            (status, code(&body)),
-            (StatusCode::BAD_REQUEST, "validation_failed"),
-            "{bad}"
-        );
-        assert!(body["error"]["message"].as_str().unwrap().starts_with("id"), "{body}");
-    }
-
-    // An ordinary voucher has no stock, hence no books.
-    let (status, plain) = app
-        .post(
-            "/api/v1/admin/vouchers",
-            Some(&admin),
-            json!({"shop_id": "7", "title": "plain", "pay_value": 100, "actual_value": 1000}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{plain}");
-    let plain = plain["id"].as_str().unwrap();
-    let (status, body) = app
-        .get(&format!("/api/v1/admin/vouchers/{plain}/audit"), Some(&admin))
-        .await;
-    assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "not_a_flash_sale"));
     app.shutdown().await;
 }

@@ -1,0 +1,248 @@
+//! replication: `several_sales_at_once_each_sell_exactly_their_stock`,
+//! `orders_are_acknowledged_only_once_a_replica_holds_them`,
+//! `a_cluster_acknowledges_orders_only_once_the_masters_replica_holds_them`,
+//! `on_a_cluster_a_crowd_buys_exactly_the_stock_with_replicated_acknowledgements`.
+use super::*;
+
+/// Six sales sold at once, 40 shoppers each at stock 25: every sale sells exactly
+/// its stock, each shopper once, and every accepted order reaches Postgres. On a
+/// cluster the sales' keys live in several slots (and masters), so the relay reads
+/// their outboxes slot by slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn several_sales_at_once_each_sell_exactly_their_stock() {
+    let ns = Namespace::new().await;
+    let app = Arc::new(TestApp::spawn(&ns).await);
+    let mut sales = Vec::new();
+    for _ in 0..6 {
+        sales.push(app.flash_sale(25).await);
+    }
+    if cluster_seeds().is_some() {
+        let slots: HashSet<u16> = sales
+            .iter()
+            .map(|v| seckill::keys::slot(ns.keys().outbox(*v).as_bytes()))
+            .collect();
+        assert!(slots.len() > 1, "the sales share one slot: the test proves nothing");
+    }
+    let results = join_all(
+        sales
+            .iter()
+            .flat_map(|&v| (0..40).map(move |u| (v, 10_000 + u)))
+            .map(|(v, user)| {
+                let app = app.clone();
+                tokio::spawn(async move { (v, user, app.order(v, user).await) })
+            }),
+    )
+    .await;
+    for &v in &sales {
+        let accepted: Vec<i64> = results
+            .iter()
+            .map(|r| r.as_ref().unwrap())
+            .filter(|(sale, _, (status, _))| *sale == v && *status == StatusCode::ACCEPTED)
+            .map(|(_, user, _)| *user)
+            .collect();
+        assert_eq!(accepted.len(), 25, "sale {v} sells exactly its stock");
+        assert_eq!(accepted.iter().collect::<HashSet<_>>().len(), 25, "no shopper twice");
+    }
+    for r in &results {
+        let (_, _, (status, body)) = r.as_ref().unwrap();
+        assert!(
+            *status == StatusCode::ACCEPTED || (*status == StatusCode::CONFLICT && code(body) == "sold_out"),
+            "{status} {body}"
+        );
+    }
+    for &v in &sales {
+        let persisted = eventually(Duration::from_secs(30), || async {
+            (app.stats(v).await["orders_persisted"] == 25).then_some(())
+        })
+        .await;
+        assert!(persisted.is_some(), "every accepted order of sale {v} persisted");
+        assert_balanced(&app, v).await;
+    }
+    assert_no_incidents("several sales at once", &[&app.addr]).await;
+}
+
+/// `SECKILL_REDIS_WAIT_REPLICAS=1` on a master and replica of the test's own. While
+/// the replica answers, orders are acknowledged. While it is stopped, no order can
+/// be: each gets 503 with Retry-After, yet its reservation is on the master, so the
+/// shopper finds the order with `…/orders/mine`, a retry answers `already_ordered`,
+/// and the order reaches Postgres like any other. Once the replica is back, orders
+/// are acknowledged again.
+#[tokio::test]
+async fn orders_are_acknowledged_only_once_a_replica_holds_them() {
+    let ns = Namespace::new().await;
+    let master = OwnRedis::snapshots_only();
+    let replica = OwnRedis::replica_of(&master);
+    let app = TestApp::builder(&ns)
+        .env("REDIS_URL", master.url())
+        .env("SECKILL_REDIS_WAIT_REPLICAS", "1")
+        .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "2000")
+        .spawn()
+        .await;
+    let v = app.flash_sale(20).await;
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED, "the replica holds it");
+
+    signal(replica.process(), "STOP");
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/vouchers/{v}/orders", app.addr))
+        .bearer_auth(app.shopper(2))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    assert_eq!(code(&resp.json().await.unwrap()), "unavailable");
+    let (status, mine) = app
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(2)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "the reservation is on the master: {mine}");
+    let (status, again) = app.order(v, 2).await;
+    assert_eq!((status, code(&again)), (StatusCode::CONFLICT, "already_ordered"));
+    signal(replica.process(), "CONT");
+
+    // A new shopper each try: one answered 503 while the replica caught up has
+    // its order all the same.
+    let mut tried = 0;
+    let back = eventually(Duration::from_secs(10), || {
+        tried += 1;
+        let user = 2 + tried;
+        let app = &app;
+        async move { (app.order(v, user).await.0 == StatusCode::ACCEPTED).then_some(()) }
+    })
+    .await;
+    assert!(back.is_some(), "acknowledged again once the replica is back");
+    let expected = 2 + tried;
+    let persisted = eventually(Duration::from_secs(20), || async {
+        (app.stats(v).await["orders_persisted"] == expected).then_some(())
+    })
+    .await;
+    assert!(
+        persisted.is_some(),
+        "the unacknowledged order is persisted all the same"
+    );
+    assert_balanced(&app, v).await;
+}
+
+/// `SECKILL_REDIS_WAIT_REPLICAS=1` on a cluster of the test's own (a replica per
+/// master): while the replica of the sale's master is stopped, an order is not
+/// acknowledged (503, Retry-After), yet its reservation is on the master: the
+/// shopper finds it, a retry answers `already_ordered`, and it reaches Postgres.
+/// Once the replica is back, orders are acknowledged again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_acknowledges_orders_only_once_the_masters_replica_holds_them() {
+    let ns = Namespace::new().await;
+    let cluster = tokio::task::spawn_blocking(OwnCluster::start).await.unwrap();
+    let app = TestApp::builder(&ns)
+        .env("REDIS_URL", cluster.urls())
+        .env("SECKILL_REDIS_CLUSTER", "true")
+        .env("SECKILL_REDIS_WAIT_REPLICAS", "1")
+        .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "2000")
+        .spawn()
+        .await;
+    let v = app.flash_sale(20).await;
+    // A new shopper each try: on a loaded machine a replica can miss the 2 s (503,
+    // the order reserved all the same).
+    let mut tried = 0;
+    let acknowledged = eventually(Duration::from_secs(10), || {
+        tried += 1;
+        let (app, user) = (&app, 100 + tried);
+        async move { (app.order(v, user).await.0 == StatusCode::ACCEPTED).then_some(()) }
+    })
+    .await;
+    assert!(acknowledged.is_some(), "acknowledged while the replica holds it");
+    let master = cluster.master_of(&ns.keys().stock(v)).expect("the sale's master");
+    let replicas = cluster.replicas_of(master);
+    assert_eq!(replicas.len(), 1, "one replica of {master}: {replicas:?}");
+    cluster.signal(replicas[0], "STOP");
+    let resp = app
+        .client
+        .post(format!("{}/api/v1/vouchers/{v}/orders", app.addr))
+        .bearer_auth(app.shopper(2))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let retry_after = resp.headers().get("retry-after").cloned();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    cluster.signal(replicas[0], "CONT");
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        "acknowledged with the sale's replica stopped: {body}"
+    );
+    assert_eq!(retry_after.unwrap(), "1");
+    let (status, mine) = app
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(2)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "the reservation is on the master: {mine}");
+    let mut tried = 0;
+    let back = eventually(Duration::from_secs(10), || {
+        tried += 1;
+        let (app, user) = (&app, 200 + tried);
+        async move { (app.order(v, user).await.0 == StatusCode::ACCEPTED).then_some(()) }
+    })
+    .await;
+    assert!(back.is_some(), "acknowledged again once the replica is back");
+    let (status, again) = app.order(v, 2).await;
+    assert_eq!((status, code(&again)), (StatusCode::CONFLICT, "already_ordered"));
+    // Everything Redis admitted (503s included) reaches Postgres, shopper 2's too.
+    assert_balanced(&app, v).await;
+    let persisted = eventually(Duration::from_secs(20), || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND user_id = 2")
+            .bind(v)
+            .fetch_one(app.pg())
+            .await
+            .ok()?;
+        (n == 1).then_some(())
+    })
+    .await;
+    assert!(
+        persisted.is_some(),
+        "the unacknowledged order is persisted all the same"
+    );
+}
+
+/// On a cluster (a replica per master) with `SECKILL_REDIS_WAIT_REPLICAS=1`, ids,
+/// numbers and orders all wait for their replica, and a crowd buys exactly the
+/// stock. Cluster only (the test command's cluster pass runs it); without a
+/// cluster it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Redis Cluster: TEST_REDIS_CLUSTER=$(scripts/redis_cluster.sh --urls) (the test command's cluster pass)"]
+async fn on_a_cluster_a_crowd_buys_exactly_the_stock_with_replicated_acknowledgements() {
+    require_cluster().await;
+    let ns = Namespace::new().await;
+    let app = Arc::new(
+        TestApp::builder(&ns)
+            .env("SECKILL_REDIS_WAIT_REPLICAS", "1")
+            .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "5000")
+            .env("SECKILL_DEPENDENCY_TIMEOUT_MS", "15000")
+            .spawn()
+            .await,
+    );
+    let v = app.flash_sale(50).await;
+    let results = join_all((0..300).map(|i| {
+        let app = app.clone();
+        tokio::spawn(async move { (100 + i % 120, app.order(v, 100 + i % 120).await) })
+    }))
+    .await;
+    let mut accepted = Vec::new();
+    for r in results {
+        let (user, (status, body)) = r.unwrap();
+        match status {
+            StatusCode::ACCEPTED => accepted.push(user),
+            StatusCode::CONFLICT => assert!(["sold_out", "already_ordered"].contains(&code(&body)), "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted.len(), 50, "exactly the stock");
+    assert_eq!(accepted.iter().collect::<HashSet<_>>().len(), 50, "no shopper twice");
+    let persisted = eventually(Duration::from_secs(30), || async {
+        (app.stats(v).await["orders_persisted"] == 50).then_some(())
+    })
+    .await;
+    assert!(persisted.is_some());
+    assert_balanced(&app, v).await;
+    assert_no_incidents("replicated acknowledgements on a cluster", &[&app.addr]).await;
+}
