@@ -32,6 +32,7 @@ mod persist;
 mod pipeline;
 mod pressure;
 mod readiness;
+mod relay_batches;
 mod repair;
 mod replication;
 mod rollback;

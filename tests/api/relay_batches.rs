@@ -1,0 +1,71 @@
+//! The relay's messages stay within `SECKILL_RELAY_BATCH` orders, however many
+//! orders the outbox entries it reads carry (an entry holds every order one call
+//! of the order script accepted).
+use crate::helpers::*;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use std::time::Duration;
+
+/// A backlog of coalesced entries (some carrying more orders than a message may)
+/// read by a relay with a batch of 4: every message it publishes carries at most
+/// 4 orders (its worker persists one message per transaction, so the worker's
+/// batch sizes are the messages'), and every order reaches Postgres.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_of_coalesced_entries_is_published_in_messages_within_the_batch() {
+    let ns = Namespace::new().await;
+    // No relay and no worker here: the orders wait in the outbox.
+    let api = TestApp::builder(&ns).api_only().spawn().await;
+    let v = api.flash_sale(100_000).await;
+    let outbox = ns.keys().outbox(v);
+    let mut conn = api.redis().await;
+    let (mut next_user, mut placed, mut fattest) = (0i64, 0i64, 0usize);
+    for _ in 0..20 {
+        let users: Vec<i64> = (next_user + 1..=next_user + 300).collect();
+        next_user += 300;
+        let api = &api;
+        placed += futures::stream::iter(users)
+            .map(|u| async move { api.order(v, u).await.0 })
+            .buffer_unordered(64)
+            .filter(|s| futures::future::ready(*s == StatusCode::ACCEPTED))
+            .count()
+            .await as i64;
+        let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&outbox)
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        fattest = entries
+            .ids
+            .iter()
+            .filter_map(|e| seckill::outbox::entry::parse(e, 0))
+            .map(|orders| orders.len())
+            .max()
+            .unwrap_or(0);
+        if fattest > 4 {
+            break;
+        }
+    }
+    assert!(
+        fattest > 4,
+        "some call carried more orders than a message may: {fattest}"
+    );
+    let relay = TestApp::builder(&ns)
+        .env("SECKILL_RELAY_BATCH", "4")
+        .env("SECKILL_WORKER_PREFETCH", "1")
+        .spawn()
+        .await;
+    wait_stored(&relay, v, placed, Duration::from_secs(60), "the backlog").await;
+    let batches = relay.metric("seckill_worker_batch_orders_count").await;
+    let within = relay.metric("seckill_worker_batch_orders_bucket{le=\"4\"}").await;
+    let orders = relay.metric("seckill_worker_batch_orders_sum").await;
+    assert_eq!(orders, placed as f64, "every order once");
+    assert!(
+        batches >= (placed as f64 / 4.0).ceil(),
+        "{batches} messages for {placed} orders"
+    );
+    assert_eq!(within, batches, "every message carries at most 4 orders");
+    relay.shutdown().await;
+    api.shutdown().await;
+}
