@@ -82,7 +82,14 @@ impl Builder<'_> {
         TestApp {
             app: Some(app),
             addr,
-            client: reqwest::Client::new(),
+            // Idle connections are dropped after 2 s, before the server's keep-alive
+            // (actix's 5 s) closes them: a request sent on a connection the server
+            // is closing at that moment fails (hyper's IncompleteMessage), which
+            // would be the client's race, not an answer of the service.
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(std::time::Duration::from_secs(2))
+                .build()
+                .expect("a reqwest client"),
             jwt: JwtKeys::from_settings(&settings),
         }
     }
