@@ -5,7 +5,7 @@
 //! its method, so a request whose method no resource takes falls through to the
 //! default service, the same as an unknown path. The routes and their methods are
 //! read here from the OpenAPI document, which lists every route of the API
-//! (`tests/api/docs.rs` holds it to the contract and checks each `Allow` against
+//! (`tests/api/docs/` holds it to the contract and checks each `Allow` against
 //! the real router), plus the Swagger UI pages it does not describe.
 use super::openapi::{ApiDoc, UI_PAGES};
 use super::ApiError;

@@ -3,7 +3,7 @@
 //! page (`GET /api-docs/`) whose assets are vendored in `static/swagger-ui/`.
 //!
 //! Every schema is a type a handler serialises, or parses a request body into: no
-//! look-alikes kept for the document (`tests/api/docs.rs` checks real responses
+//! look-alikes kept for the document (`tests/api/docs/` checks real responses
 //! against it). The responses endpoints share (errors, shedding) are defined once
 //! below, as `IntoResponses` types that are never built, and each handler's
 //! `#[utoipa::path]` lists them by name.

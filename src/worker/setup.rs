@@ -45,9 +45,11 @@ impl Worker {
 
 /// Batches a worker persists at once: four, fewer on a small pool. Each holds a
 /// connection for its transaction and takes another, for a moment, for its
-/// business numbers (the sequences share the worker's pool), and the heartbeat
-/// and the sweeps need one: a pool of `2 × in flight + 1` connections always
-/// leaves a batch the connection it waits for.
+/// business numbers (the sequences share the worker's pool); the pool's other
+/// users (heartbeat, sweeps, and in `all` the relay's intents and the epoch
+/// guard) take one each for a moment. Keeping `2 × in flight + 1` connections
+/// for this leaves the batches the connections they wait for, on any pool of
+/// three or more.
 fn in_flight(pool: u32) -> usize {
     ((pool as usize).saturating_sub(1) / 2).clamp(1, 4)
 }

@@ -57,6 +57,12 @@ async fn a_backlog_of_coalesced_entries_is_published_in_messages_within_the_batc
         .spawn()
         .await;
     wait_stored(&relay, v, placed, Duration::from_secs(60), "the backlog").await;
+    // The worker counts a batch just after its commit: wait for the count too.
+    let counted = eventually(Duration::from_secs(10), || async {
+        (relay.metric("seckill_worker_batch_orders_sum").await >= placed as f64).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "the worker counted every stored order");
     let batches = relay.metric("seckill_worker_batch_orders_count").await;
     let within = relay.metric("seckill_worker_batch_orders_bucket{le=\"4\"}").await;
     let orders = relay.metric("seckill_worker_batch_orders_sum").await;

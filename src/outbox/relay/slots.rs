@@ -92,10 +92,12 @@ impl Relay {
                     }
                     other => other?,
                 };
-                // Its pending entries read to the end (no outbox gave a full count):
-                // the slot reads new entries again.
-                let full = r.as_ref().is_some_and(|r| r.keys.iter().any(|k| k.ids.len() >= count));
-                if read == Read::OwnPending && !full {
+                // One read of its pending entries, then new ones again: entries
+                // left pending on purpose (a sale under a scoped repair) would
+                // otherwise fill every re-read, and the slot never read anything
+                // new. What one read did not reach is claimed after the claim
+                // timeout, as before.
+                if read == Read::OwnPending {
                     self.reread.lock().expect("reread poisoned").remove(slot);
                 }
                 anyhow::Ok(r)

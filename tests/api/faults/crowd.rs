@@ -39,6 +39,8 @@ where
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
+        // Not reused once idle 2 s: actix closes a connection idle for 5 s.
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let url = format!("{base}/api/v1/vouchers/{voucher}/orders");

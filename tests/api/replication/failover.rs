@@ -121,6 +121,8 @@ async fn two_serve_and_two_worker_processes_on_a_cluster_sell_exactly_the_stock(
     let admin = jwt.mint(1, seckill::http::auth::Role::Admin, 600);
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
+        // Not reused once idle 2 s: actix closes a connection idle for 5 s.
+        .pool_idle_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let stock = 150;
