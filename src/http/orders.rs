@@ -50,15 +50,18 @@ pub async fn place(
     let voucher_id = path_id(&path)?;
     // What the instance answers alone (sold out, outside the window) costs the
     // crowd nothing more: not even a place in the per-shopper rate limiter.
-    if let Some(refusal) = state.orders.refusal(voucher_id) {
-        state.metrics.order(refusal.outcome());
-        return Err(refusal.into());
-    }
+    let judged = match state.orders.judge_early(voucher_id) {
+        Ok(judged) => judged,
+        Err(refusal) => {
+            state.metrics.order(refusal.outcome());
+            return Err(refusal.into());
+        }
+    };
     if let Err(limited) = state.admission.check_user(caller.user_id) {
         state.metrics.order("rate_limited");
         return Err(limited);
     }
-    let placed = state.orders.place(voucher_id, caller.user_id).await;
+    let placed = state.orders.place(judged, caller.user_id).await;
     state.metrics.order(match &placed {
         Ok(_) => "accepted",
         Err(refusal) => refusal.outcome(),

@@ -39,6 +39,13 @@ use crate::voucher::refill::{refill, Refill};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
+/// An order's sale as [`OrderDesk::judge_early`] found it: its cache entry, and
+/// the instant its window was judged at (the order's admission time).
+pub struct Judged {
+    entry: Arc<Entry>,
+    now: DateTime<Utc>,
+}
+
 /// What placing an order needs.
 #[derive(Clone)]
 pub struct OrderDesk {
@@ -126,21 +133,25 @@ impl OrderDesk {
         Ok((entry, now))
     }
 
-    /// The refusal of an order this process can answer at once, before anything
-    /// else is spent on it (the per-shopper rate limit, an order id, Redis): the
-    /// crowd after a sell-out, or outside the window, costs a cache lookup. `None`
-    /// when the order is to be placed ([`OrderDesk::place`]), the one request that
-    /// is to probe a sold-out flag with Redis included.
-    pub fn refusal(&self, voucher_id: i64) -> Option<Refusal> {
-        match self.judge(voucher_id) {
-            Err(r) => Some(r),
-            Ok((entry, _)) => entry.known_sold_out().then_some(Refusal::SoldOut),
+    /// Judges an order before anything else is spent on it (the per-shopper rate
+    /// limit, an order id, Redis): the refusals this process answers alone, the
+    /// sold-out flag's included (a look that takes no probe: the one request that
+    /// is to probe it with Redis goes on). The crowd after a sell-out, or outside
+    /// the window, costs a cache lookup. What it judged is handed to
+    /// [`OrderDesk::place`], which does not look again.
+    pub fn judge_early(&self, voucher_id: i64) -> Result<Judged, Refusal> {
+        let (entry, now) = self.judge(voucher_id)?;
+        if entry.known_sold_out() {
+            return Err(Refusal::SoldOut);
         }
+        Ok(Judged { entry, now })
     }
 
-    /// Places `user_id`'s order for `voucher_id`; returns the new order's id.
-    pub async fn place(&self, voucher_id: i64, user_id: i64) -> Result<i64, Refusal> {
-        let (entry, now) = self.judge(voucher_id)?;
+    /// Places the order judged by [`OrderDesk::judge_early`] for `user_id`;
+    /// returns the new order's id.
+    pub async fn place(&self, judged: Judged, user_id: i64) -> Result<i64, Refusal> {
+        let Judged { entry, now } = judged;
+        let voucher_id = entry.voucher.id;
         let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
         let (known_sold_out, seen) = entry.read_sold_out_flag();
         if known_sold_out {
