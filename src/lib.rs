@@ -16,10 +16,12 @@
 //! by field), [`voucher`] (admin and public routes, cache),
 //! [`sequence`] (daily business numbers and the durable counter behind order ids),
 //! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now")
-//! and [`clock_skew`] (how far it is from Postgres's).
+//! and [`clock_skew`] (how far it is from Postgres's), [`admit`] (fair admission:
+//! a sale's waiting room or raffle, admission tokens, proofs of work).
 //!
 //! Every module with its one job, top to bottom (imports only point down):
 //! `docs/ARCHITECTURE.md`, "The house".
+pub mod admit;
 pub mod app;
 pub mod broker;
 pub mod cli;

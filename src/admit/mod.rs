@@ -1,0 +1,40 @@
+//! Fair admission (issue 25): who may order a flash sale, when it is not first
+//! come, first served.
+//!
+//! A sale's [`Mode`]: `first_come` (the fast path, unchanged), `queue` (a waiting
+//! room admitting at a rate) or `raffle` (entries, then a draw anyone can
+//! recompute). A shopper the queue admitted, or a raffle's winner, gets a short-lived
+//! signed admission token ([`token`]) that the order endpoint checks in process:
+//! the order path stays one Redis round trip. Joining or entering may cost a proof
+//! of work ([`pow`], the ALTCHA challenge format).
+//!
+//! Places, entries and draws are in Postgres ([`queue`], [`raffle`]): durable,
+//! and decided in transactions, so that a crash of an instance loses no place and
+//! no win and a draw run twice draws the same winners. The queue's frontier is
+//! cached per instance ([`frontier`]), so that polling a place costs no query.
+//! Nothing here imports the HTTP layer or the voucher module.
+pub mod frontier;
+pub mod mode;
+pub mod pow;
+pub mod queue;
+pub mod raffle;
+pub mod signing;
+pub mod token;
+
+pub use mode::Mode;
+
+/// What the HTTP layer holds of fair admission: the keys and this instance's
+/// cached queue frontiers.
+pub struct Desk {
+    pub signer: signing::Signer,
+    pub frontiers: frontier::Frontiers,
+}
+
+impl Desk {
+    pub fn new(jwt_secret: &str) -> Self {
+        Self {
+            signer: signing::Signer::new(jwt_secret),
+            frontiers: frontier::Frontiers::default(),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The raffle of a `raffle` sale, in Postgres, and its published rule.
+//!
+//! **Commitment.** At the sale's creation a 32-byte random seed is drawn and kept
+//! secret; its SHA-256 (`commitment`) is public from then on, before any entry.
+//!
+//! **Entries.** Until `draw_at` (Postgres's clock) a shopper may enter once. The
+//! API shows an entry as `hex(SHA-256("seckill-raffle:<voucher id>:<user id>"))`
+//! ([`entry_of`]): a shopper can find their own, nobody else's id is shown.
+//! Entering holds the raffle's row in share mode while it checks the clock, and
+//! the draw holds it exclusively: no entry can land after the draw read them.
+//!
+//! **The draw**, the first time anyone asks after `draw_at`: it reveals the
+//! seed; each entry's score is `hex(SHA-256(seed_hex + ":" + entry))`
+//! ([`score_of`]); the entries sorted by score (then by entry) win in that order,
+//! as many as the sale's stock ([`winners`]). Anyone can check that SHA-256 of
+//! the seed is the commitment and recompute the winners from the seed and the
+//! entry list. The draw is one transaction: a crash during it leaves no trace,
+//! and drawing again draws the same winners.
+use super::signing::sha256_hex;
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool, Row};
+use utoipa::ToSchema;
+
+/// The rule, as the API publishes it.
+pub const RULE: &str = "entry = hex(sha256(\"seckill-raffle:\" + voucher_id + \":\" + user_id)); \
+    check hex(sha256(bytes(seed))) == commitment; score = hex(sha256(seed + \":\" + entry)) with seed in \
+    lower-case hex; sort the entries by (score, entry) ascending; the first `winners` entries win, where \
+    winners = min(stock, entries)";
+
+/// An entry as the API shows it.
+pub fn entry_of(voucher: i64, user: i64) -> String {
+    sha256_hex(format!("seckill-raffle:{voucher}:{user}").as_bytes())
+}
+
+/// An entry's score under a seed (lower-case hex).
+pub fn score_of(seed_hex: &str, entry: &str) -> String {
+    sha256_hex(format!("{seed_hex}:{entry}").as_bytes())
+}
+
+/// The winning entries among `entries`, best first: the first `k` by (score, entry).
+pub fn winners(seed_hex: &str, entries: &[String], k: usize) -> Vec<String> {
+    let mut scored: Vec<(String, &String)> = entries.iter().map(|e| (score_of(seed_hex, e), e)).collect();
+    scored.sort();
+    scored.into_iter().take(k).map(|(_, e)| e.clone()).collect()
+}
+
+/// Creates the raffle of a new sale (in its transaction): its secret seed and the
+/// commitment to it.
+pub async fn create(tx: &mut PgConnection, voucher: i64) -> Result<String, sqlx::Error> {
+    let seed: [u8; 32] = rand::random();
+    let commitment = sha256_hex(&seed);
+    sqlx::query("INSERT INTO raffles (voucher_id, seed, commitment) VALUES ($1, $2, $3)")
+        .bind(voucher)
+        .bind(seed.as_slice())
+        .bind(&commitment)
+        .execute(&mut *tx)
+        .await?;
+    Ok(commitment)
+}
+
+/// What entering did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entered {
+    /// A new entry.
+    New(String),
+    /// The shopper had entered already.
+    Already(String),
+    /// Past `draw_at`: entries are closed (and the shopper had none).
+    Closed,
+}
+
+/// Enters `user` in `voucher`'s raffle.
+pub async fn enter(pg: &PgPool, voucher: i64, user: i64) -> Result<Entered> {
+    let entry = entry_of(voucher, user);
+    let mut tx = pg.begin().await?;
+    let open: bool = sqlx::query_scalar(
+        "SELECT r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+          WHERE r.voucher_id = $1 FOR SHARE OF r",
+    )
+    .bind(voucher)
+    .fetch_optional(&mut *tx)
+    .await?
+    .context("a raffle sale without its raffle row")?;
+    let had: Option<String> =
+        sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
+            .bind(voucher)
+            .bind(user)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let answer = match (had, open) {
+        (Some(e), _) => Entered::Already(e),
+        (None, false) => Entered::Closed,
+        (None, true) => {
+            sqlx::query("INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)")
+                .bind(voucher)
+                .bind(user)
+                .bind(&entry)
+                .execute(&mut *tx)
+                .await?;
+            Entered::New(entry)
+        }
+    };
+    tx.commit().await?;
+    Ok(answer)
+}
+
+/// The raffle, as anyone may see it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Summary {
+    /// hex SHA-256 of the seed, public from the sale's creation.
+    pub commitment: String,
+    pub draw_at: DateTime<Utc>,
+    /// The seed in lower-case hex, once drawn (null before).
+    pub seed: Option<String>,
+    pub drawn_at: Option<DateTime<Utc>>,
+    pub entries: i64,
+    /// How many won (null before the draw).
+    pub winners: Option<i32>,
+    /// How to recompute the winners.
+    pub rule: &'static str,
+}
+
+/// The raffle's public state, drawing it first if `draw_at` has passed.
+pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
+    draw(pg, voucher).await?;
+    let r = sqlx::query(
+        "SELECT r.commitment, s.draw_at, CASE WHEN r.drawn_at IS NOT NULL THEN r.seed END AS seed, r.drawn_at,
+                r.winners, (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id) AS entries
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
+    )
+    .bind(voucher)
+    .fetch_optional(pg)
+    .await?
+    .context("a raffle sale without its raffle row")?;
+    Ok(Summary {
+        commitment: r.try_get("commitment")?,
+        draw_at: r.try_get("draw_at")?,
+        seed: r.try_get::<Option<Vec<u8>>, _>("seed")?.map(hex::encode),
+        drawn_at: r.try_get("drawn_at")?,
+        entries: r.try_get("entries")?,
+        winners: r.try_get("winners")?,
+        rule: RULE,
+    })
+}
+
+/// Draws the raffle if `draw_at` has passed and nobody has: true if it is drawn
+/// (now or before).
+pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
+    // Cheap first: drawn already, or not due.
+    let due: Option<(bool, bool)> = sqlx::query_as(
+        "SELECT r.drawn_at IS NOT NULL, clock_timestamp() >= s.draw_at
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
+    )
+    .bind(voucher)
+    .fetch_optional(pg)
+    .await?;
+    match due {
+        None => anyhow::bail!("a raffle sale without its raffle row"),
+        Some((true, _)) => return Ok(true),
+        Some((false, false)) => return Ok(false),
+        Some((false, true)) => {}
+    }
+    let mut tx = pg.begin().await?;
+    let r = sqlx::query(
+        "SELECT r.seed, r.drawn_at, s.total_stock, clock_timestamp() >= s.draw_at AS due
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+          WHERE r.voucher_id = $1 FOR UPDATE OF r",
+    )
+    .bind(voucher)
+    .fetch_one(&mut *tx)
+    .await?;
+    if r.try_get::<Option<DateTime<Utc>>, _>("drawn_at")?.is_some() {
+        return Ok(true);
+    }
+    if !r.try_get::<bool, _>("due")? {
+        return Ok(false);
+    }
+    let seed_hex = hex::encode(r.try_get::<Vec<u8>, _>("seed")?);
+    let stock: i32 = r.try_get("total_stock")?;
+    let entries: Vec<String> = sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_all(&mut *tx)
+        .await?;
+    let won = winners(&seed_hex, &entries, stock.max(0) as usize);
+    sqlx::query("UPDATE raffle_entries SET won = (entry = ANY($2)) WHERE voucher_id = $1")
+        .bind(voucher)
+        .bind(&won)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE raffles SET drawn_at = clock_timestamp(), winners = $2 WHERE voucher_id = $1")
+        .bind(voucher)
+        .bind(won.len() as i32)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    tracing::info!(
+        voucher_id = voucher,
+        entries = entries.len(),
+        winners = won.len(),
+        "raffle drawn"
+    );
+    Ok(true)
+}
+
+/// A shopper's entry: (entry, won: None before the draw).
+pub async fn mine(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<(String, Option<bool>)>> {
+    draw(pg, voucher).await?;
+    Ok(
+        sqlx::query_as("SELECT entry, won FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
+            .bind(voucher)
+            .bind(user)
+            .fetch_optional(pg)
+            .await?,
+    )
+}
+
+/// One entry of the published list.
+#[derive(Clone, Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct PublicEntry {
+    pub entry: String,
+    /// Null before the draw.
+    pub won: Option<bool>,
+}
+
+/// A page of the entries, in entry order: those after `after`, at most `limit`;
+/// only the winners if `won_only`.
+pub async fn entries(
+    pg: &PgPool,
+    voucher: i64,
+    after: Option<&str>,
+    limit: i64,
+    won_only: bool,
+) -> Result<Vec<PublicEntry>> {
+    Ok(sqlx::query_as(
+        "SELECT entry, won FROM raffle_entries
+          WHERE voucher_id = $1 AND ($2::text IS NULL OR entry > $2) AND (NOT $3 OR won)
+          ORDER BY entry LIMIT $4",
+    )
+    .bind(voucher)
+    .bind(after)
+    .bind(won_only)
+    .bind(limit)
+    .fetch_all(pg)
+    .await?)
+}
+
+/// One winner, for the admin.
+#[derive(Clone, Debug, Serialize, ToSchema, sqlx::FromRow)]
+pub struct Winner {
+    #[serde(with = "crate::id")]
+    #[schema(schema_with = crate::id::schema)]
+    pub user_id: i64,
+    pub entry: String,
+}
+
+/// The first `limit` winners in entry order, with their shoppers.
+pub async fn winners_of(pg: &PgPool, voucher: i64, limit: i64) -> Result<Vec<Winner>> {
+    Ok(sqlx::query_as(
+        "SELECT user_id, entry FROM raffle_entries WHERE voucher_id = $1 AND won ORDER BY entry LIMIT $2",
+    )
+    .bind(voucher)
+    .bind(limit)
+    .fetch_all(pg)
+    .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_winners_follow_from_the_seed_and_the_entries_alone() {
+        let entries: Vec<String> = (1..=50).map(|u| entry_of(9, u)).collect();
+        let seed = "00".repeat(32);
+        let w = winners(&seed, &entries, 5);
+        assert_eq!(w.len(), 5);
+        // Order of the list does not matter.
+        let mut reversed = entries.clone();
+        reversed.reverse();
+        assert_eq!(winners(&seed, &reversed, 5), w);
+        // Another seed, other winners.
+        assert_ne!(winners(&"01".repeat(32), &entries, 5), w);
+        // More places than entries: everyone wins.
+        assert_eq!(winners(&seed, &entries, 100).len(), 50);
+        assert_eq!(entry_of(9, 1), sha256_hex(b"seckill-raffle:9:1"));
+    }
+}

@@ -1,0 +1,78 @@
+//! [`Signer`]: the keys of fair admission, each derived from the JWT secret for
+//! one purpose (HMAC-SHA256 of the secret and a label), so that a shopper's
+//! token is never an admission token, a queue ticket never either, and a proof
+//! of work's signature signs nothing else.
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The derived keys.
+pub struct Signer {
+    pub(super) admission: [u8; 32],
+    pub(super) ticket: [u8; 32],
+    pub(super) altcha: [u8; 32],
+}
+
+impl Signer {
+    pub fn new(jwt_secret: &str) -> Self {
+        Self {
+            admission: mac(jwt_secret.as_bytes(), b"seckill admission token v1"),
+            ticket: mac(jwt_secret.as_bytes(), b"seckill queue ticket v1"),
+            altcha: mac(jwt_secret.as_bytes(), b"seckill altcha v1"),
+        }
+    }
+}
+
+/// HMAC-SHA256 of `msg` under `key`.
+pub fn mac(key: &[u8], msg: &[u8]) -> [u8; 32] {
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
+    m.update(msg);
+    m.finalize().into_bytes().into()
+}
+
+/// Whether `tag` (hex) is the HMAC-SHA256 of `msg` under `key`, compared in
+/// constant time.
+pub fn mac_matches(key: &[u8], msg: &[u8], tag_hex: &str) -> bool {
+    let Ok(tag) = hex::decode(tag_hex) else {
+        return false;
+    };
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
+    m.update(msg);
+    m.verify_slice(&tag).is_ok()
+}
+
+/// Lower-case hex SHA-256 of `data`.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_purpose_has_its_own_key() {
+        let s = Signer::new("a secret of at least thirty-two bytes!!");
+        assert_ne!(s.admission, s.ticket);
+        assert_ne!(s.ticket, s.altcha);
+        assert_ne!(
+            Signer::new("another secret of thirty-two bytes!!!").admission,
+            s.admission
+        );
+    }
+
+    #[test]
+    fn a_mac_matches_only_its_message_and_key() {
+        let tag = hex::encode(mac(b"k", b"m"));
+        assert!(mac_matches(b"k", b"m", &tag));
+        assert!(!mac_matches(b"k", b"n", &tag));
+        assert!(!mac_matches(b"j", b"m", &tag));
+        assert!(!mac_matches(b"k", b"m", "not hex"));
+        // The known SHA-256 of "abc".
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}

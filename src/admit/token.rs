@@ -1,0 +1,163 @@
+//! Admission tokens and queue tickets: HS256 JWTs under keys of their own
+//! ([`Signer`]), checked in process.
+//!
+//! An admission token says that shopper `sub` may order sale `sale` until `exp`:
+//! the order endpoint of a queue or raffle sale requires one (header
+//! `X-Admission-Token`). A queue ticket says that shopper `sub` holds `place` in
+//! sale `sale`'s queue (`place` absent for an early arrival before the seal), so
+//! that a poll needs no lookup of the place.
+use super::signing::Signer;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct AdmissionClaims {
+    sub: String,
+    sale: String,
+    exp: u64,
+    typ: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TicketClaims {
+    sub: String,
+    sale: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    place: Option<i64>,
+    exp: u64,
+    typ: String,
+}
+
+/// Why a token was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Past its `exp`.
+    Expired,
+    /// Forged, malformed, of another kind, another shopper's or another sale's:
+    /// the reason, for people.
+    Invalid(&'static str),
+}
+
+const ADMISSION: &str = "admission";
+const TICKET: &str = "queue_ticket";
+
+fn validation() -> Validation {
+    let mut v = Validation::new(Algorithm::HS256);
+    v.leeway = 0;
+    v.validate_aud = false;
+    v.set_required_spec_claims(&["exp"]);
+    v
+}
+
+fn sign(claims: &impl Serialize, key: &[u8]) -> String {
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(key))
+        .expect("HS256 signs any claims")
+}
+
+impl Signer {
+    /// An admission token for `user` to order `sale` until `exp` (unix seconds).
+    pub fn admission_token(&self, user: i64, sale: i64, exp: u64) -> String {
+        let claims = AdmissionClaims {
+            sub: user.to_string(),
+            sale: sale.to_string(),
+            exp,
+            typ: ADMISSION.into(),
+        };
+        sign(&claims, &self.admission)
+    }
+
+    /// Checks that `token` lets `user` order `sale` now.
+    pub fn check_admission(&self, token: &str, user: i64, sale: i64) -> Result<(), Refused> {
+        let data =
+            jsonwebtoken::decode::<AdmissionClaims>(token, &DecodingKey::from_secret(&self.admission), &validation())
+                .map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => Refused::Expired,
+                _ => Refused::Invalid("not an admission token of this service"),
+            })?;
+        let c = data.claims;
+        if c.typ != ADMISSION {
+            return Err(Refused::Invalid("not an admission token"));
+        }
+        if c.sale != sale.to_string() {
+            return Err(Refused::Invalid("the admission token is for another sale"));
+        }
+        if c.sub != user.to_string() {
+            return Err(Refused::Invalid("the admission token is another shopper's"));
+        }
+        Ok(())
+    }
+
+    /// A queue ticket for `user`'s `place` (None before the seal) in `sale`, valid
+    /// until `exp`.
+    pub fn ticket(&self, user: i64, sale: i64, place: Option<i64>, exp: u64) -> String {
+        let claims = TicketClaims {
+            sub: user.to_string(),
+            sale: sale.to_string(),
+            place,
+            exp,
+            typ: TICKET.into(),
+        };
+        sign(&claims, &self.ticket)
+    }
+
+    /// The place a ticket holds for `user` in `sale`: `Ok(None)` for an early
+    /// arrival's ticket from before the seal.
+    pub fn read_ticket(&self, ticket: &str, user: i64, sale: i64) -> Result<Option<i64>, Refused> {
+        let data = jsonwebtoken::decode::<TicketClaims>(ticket, &DecodingKey::from_secret(&self.ticket), &validation())
+            .map_err(|e| match e.kind() {
+                ErrorKind::ExpiredSignature => Refused::Expired,
+                _ => Refused::Invalid("not a queue ticket of this service"),
+            })?;
+        let c = data.claims;
+        if c.typ != TICKET {
+            return Err(Refused::Invalid("not a queue ticket"));
+        }
+        if c.sale != sale.to_string() {
+            return Err(Refused::Invalid("the ticket is for another sale"));
+        }
+        if c.sub != user.to_string() {
+            return Err(Refused::Invalid("the ticket is another shopper's"));
+        }
+        Ok(c.place)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "a secret of at least thirty-two bytes!!";
+
+    fn later() -> u64 {
+        crate::admit::queue::unix_now() + 60
+    }
+
+    #[test]
+    fn an_admission_token_admits_its_shopper_to_its_sale_only() {
+        let s = Signer::new(SECRET);
+        let t = s.admission_token(7, 100, later());
+        assert_eq!(s.check_admission(&t, 7, 100), Ok(()));
+        assert!(matches!(s.check_admission(&t, 8, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(s.check_admission(&t, 7, 101), Err(Refused::Invalid(_))));
+        let old = s.admission_token(7, 100, crate::admit::queue::unix_now() - 1);
+        assert_eq!(s.check_admission(&old, 7, 100), Err(Refused::Expired));
+        // Another secret: forged.
+        let forged = Signer::new("another secret of thirty-two bytes!!!").admission_token(7, 100, later());
+        assert!(matches!(s.check_admission(&forged, 7, 100), Err(Refused::Invalid(_))));
+        // A ticket is not an admission token, nor the reverse.
+        let ticket = s.ticket(7, 100, Some(3), later());
+        assert!(matches!(s.check_admission(&ticket, 7, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(s.read_ticket(&t, 7, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(s.check_admission("garbage", 7, 100), Err(Refused::Invalid(_))));
+    }
+
+    #[test]
+    fn a_ticket_reads_back_its_place_for_its_shopper_and_sale() {
+        let s = Signer::new(SECRET);
+        assert_eq!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 100), Ok(Some(3)));
+        assert_eq!(s.read_ticket(&s.ticket(7, 100, None, later()), 7, 100), Ok(None));
+        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 8, 100).is_err());
+        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 9).is_err());
+    }
+}
