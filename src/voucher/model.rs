@@ -8,6 +8,6 @@ mod tests;
 mod voucher;
 
 pub use add_stock::AddStock;
-pub use limits::{MAX_MONEY, MAX_SHARDS, MAX_STOCK};
+pub use limits::{MAX_ADMIT_RATE, MAX_MONEY, MAX_SHARDS, MAX_STOCK};
 pub use new_voucher::NewVoucher;
 pub use voucher::{FlashSale, Voucher};

@@ -1,11 +1,14 @@
 //! Postgres queries for vouchers.
 use super::model::{FlashSale, NewVoucher, Voucher, MAX_STOCK};
+use crate::admit::Mode;
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 
 const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
-        v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards
-   FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id";
+        v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards,
+        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty
+   FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
+        LEFT JOIN admission_queues q ON q.voucher_id = v.id";
 
 fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
     let total: Option<i32> = row.try_get("total_stock")?;
@@ -18,6 +21,15 @@ fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
             begin_at,
             end_at,
             stock_shards: shards.unwrap_or(1),
+            admission: row
+                .try_get::<Option<String>, _>("admission")?
+                .as_deref()
+                .and_then(Mode::parse)
+                .unwrap_or_default(),
+            admit_rate: row.try_get("admit_rate")?,
+            turn_secs: row.try_get("turn_secs")?,
+            draw_at: row.try_get("draw_at")?,
+            pow_difficulty: row.try_get::<Option<i32>, _>("pow_difficulty")?.unwrap_or(0),
         }),
         _ => None,
     };
@@ -51,16 +63,28 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
     .await?;
     if let Some(f) = &v.flash {
         sqlx::query(
-            "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at, stock_shards)
-             VALUES ($1, $2, $2, $3, $4, $5)",
+            "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at, stock_shards,
+                                           admission, turn_secs, draw_at, pow_difficulty)
+             VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(id)
         .bind(f.stock)
         .bind(f.begin_at)
         .bind(f.end_at)
         .bind(f.stock_shards)
+        .bind(f.admission.as_str())
+        .bind(f.turn_secs)
+        .bind(f.draw_at)
+        .bind(f.pow_difficulty)
         .execute(&mut *tx)
         .await?;
+        match f.admission {
+            Mode::FirstCome => {}
+            Mode::Queue => crate::admit::queue::create(tx, id, f.admit_rate.unwrap_or(1)).await?,
+            Mode::Raffle => {
+                crate::admit::raffle::create(tx, id).await?;
+            }
+        }
     }
     Ok(Voucher {
         id,

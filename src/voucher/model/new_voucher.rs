@@ -1,7 +1,11 @@
 //! [`NewVoucher`]: a new voucher's body, the OpenAPI schema of what it accepts, and
 //! its validation, with errors that name the field.
-use super::limits::{MAX_MONEY, MAX_SHARDS, MAX_STOCK};
+use super::limits::{
+    DEFAULT_ADMIT_RATE, DEFAULT_TURN_SECS, MAX_ADMIT_RATE, MAX_DIFFICULTY, MAX_MONEY, MAX_SHARDS, MAX_STOCK,
+    MAX_TURN_SECS,
+};
 use super::voucher::FlashSale;
+use crate::admit::Mode;
 use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
 use serde_json::{json, Value};
 
@@ -69,6 +73,12 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "stock": {"type": "null"},
                                 "begin_at": {"type": "null"},
                                 "end_at": {"type": "null"},
+                                "stock_shards": {"type": "null"},
+                                "admission": {"type": "null"},
+                                "admit_rate": {"type": "null"},
+                                "turn_secs": {"type": "null"},
+                                "draw_at": {"type": "null"},
+                                "pow_difficulty": {"type": "null"},
                             },
                         },
                         {
@@ -79,6 +89,29 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "stock": {"type": "integer", "format": "int32", "minimum": 0, "maximum": MAX_STOCK},
                                 "begin_at": instant,
                                 "end_at": instant,
+                                "stock_shards": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
+                                                 "maximum": MAX_SHARDS, "description": "default 1"},
+                                "admission": {"type": ["string", "null"], "enum": ["first_come", "queue", "raffle", null],
+                                              "description": "who may order (default `first_come`); a `queue` or \
+                                                              `raffle` sale takes orders only with an admission token"},
+                                "admit_rate": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
+                                               "maximum": MAX_ADMIT_RATE,
+                                               "description": "a queue's shoppers admitted per second (default \
+                                                               100); ignored for the other modes"},
+                                "turn_secs": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
+                                              "maximum": MAX_TURN_SECS,
+                                              "description": "how long a queue's admitted shopper may order, from \
+                                                              their admission (default 300); ignored for the \
+                                                              other modes"},
+                                "draw_at": {"type": ["string", "null"], "format": "date-time",
+                                            "pattern": validate::TIME_YEAR_PATTERN,
+                                            "description": "a raffle's draw, when its entries close (default \
+                                                            `begin_at`); ignored for the other modes"},
+                                "pow_difficulty": {"type": ["integer", "null"], "format": "int32", "minimum": 0,
+                                                   "maximum": MAX_DIFFICULTY,
+                                                   "description": "joining the queue or entering the raffle needs \
+                                                                   an ALTCHA proof of work of this `maxnumber` \
+                                                                   (default 0: none); ignored for `first_come`"},
                             },
                         },
                     ],
@@ -110,9 +143,40 @@ impl NewVoucher {
         let stock_shards = optional(obj, "stock_shards")
             .map(|v| whole(v, "stock_shards", 1, MAX_SHARDS))
             .transpose()?;
+        let admission = optional(obj, "admission")
+            .map(|v| {
+                let s = validate::string(v, "admission")?;
+                Mode::parse(s).ok_or_else(|| ValidationError::new("admission", "must be first_come, queue or raffle"))
+            })
+            .transpose()?;
+        let admit_rate = optional(obj, "admit_rate")
+            .map(|v| whole(v, "admit_rate", 1, MAX_ADMIT_RATE))
+            .transpose()?;
+        let turn_secs = optional(obj, "turn_secs")
+            .map(|v| whole(v, "turn_secs", 1, MAX_TURN_SECS))
+            .transpose()?;
+        let draw_at = optional(obj, "draw_at").map(|v| time(v, "draw_at")).transpose()?;
+        let pow_difficulty = optional(obj, "pow_difficulty")
+            .map(|v| whole(v, "pow_difficulty", 0, MAX_DIFFICULTY))
+            .transpose()?;
+        let admission_given = [
+            ("admission", admission.is_some()),
+            ("admit_rate", admit_rate.is_some()),
+            ("turn_secs", turn_secs.is_some()),
+            ("draw_at", draw_at.is_some()),
+            ("pow_difficulty", pow_difficulty.is_some()),
+        ];
         let flash = match (stock, begin_at, end_at) {
             (None, None, None) if stock_shards.is_some() => {
                 return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
+            }
+            (None, None, None) if admission_given.iter().any(|(_, given)| *given) => {
+                let field = admission_given
+                    .iter()
+                    .find(|(_, given)| *given)
+                    .map(|(f, _)| *f)
+                    .unwrap_or("admission");
+                return Err(ValidationError::new(field, "is only for a flash-sale voucher"));
             }
             (None, None, None) => None,
             (None, _, _) => {
@@ -127,11 +191,22 @@ impl NewVoucher {
                 if begin_at >= end_at {
                     return Err(ValidationError::new("end_at", "must be after begin_at"));
                 }
+                let admission = admission.unwrap_or_default();
+                let queue = admission == Mode::Queue;
                 Some(FlashSale {
                     stock: stock as i32,
                     begin_at,
                     end_at,
                     stock_shards: stock_shards.unwrap_or(1) as i32,
+                    admission,
+                    admit_rate: queue.then(|| admit_rate.unwrap_or(DEFAULT_ADMIT_RATE) as i32),
+                    turn_secs: queue.then(|| turn_secs.unwrap_or(DEFAULT_TURN_SECS) as i32),
+                    draw_at: (admission == Mode::Raffle).then(|| draw_at.unwrap_or(begin_at)),
+                    pow_difficulty: if admission.gated() {
+                        pow_difficulty.unwrap_or(0) as i32
+                    } else {
+                        0
+                    },
                 })
             }
         };

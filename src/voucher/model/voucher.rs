@@ -1,4 +1,5 @@
 //! [`Voucher`] as stored and served, and its flash-sale part [`FlashSale`].
+use crate::admit::Mode;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -20,6 +21,26 @@ pub struct FlashSale {
     /// (default 1), so that one hot sale can use several Redis masters.
     #[schema(required = false, minimum = 1, maximum = 64)]
     pub stock_shards: i32,
+    /// Who may order (default `first_come`): a `queue` or `raffle` sale takes
+    /// orders only with an admission token (header `X-Admission-Token`).
+    #[schema(required = false)]
+    pub admission: Mode,
+    /// A queue's shoppers admitted per second (the admin may change it live).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, minimum = 1, maximum = 1_000_000)]
+    pub admit_rate: Option<i32>,
+    /// How long a queue's admitted shopper may order, from their admission.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, minimum = 1, maximum = 86_400)]
+    pub turn_secs: Option<i32>,
+    /// A raffle's draw: entries close then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub draw_at: Option<DateTime<Utc>>,
+    /// Joining the queue or entering the raffle needs an ALTCHA proof of work of
+    /// this `maxnumber` (0: none).
+    #[schema(required = false, minimum = 0, maximum = 10_000_000)]
+    pub pow_difficulty: i32,
 }
 
 impl FlashSale {
