@@ -91,6 +91,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
     let admission = Arc::new(crate::http::admission::Admission::new(&settings));
+    let admit = Arc::new(crate::admit::Desk::new(settings.jwt_secret.expose()));
     let instance = uuid::Uuid::new_v4().simple().to_string();
     // Its release subscription is one of the owned background tasks.
     let locks = crate::lock::LockService::new(
@@ -186,6 +187,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         sequences,
         instance,
         admission,
+        admit,
         locks,
         user_serializer,
         lifecycle,

@@ -4,6 +4,7 @@
 //! admin console page. The
 //! domain never depends on this module.
 pub mod admission;
+pub mod admit_admin;
 pub mod auth;
 pub mod console;
 pub mod doc_headers;
@@ -16,6 +17,7 @@ pub mod methods;
 pub mod openapi;
 pub mod orders;
 pub mod path;
+pub mod raffle;
 pub mod repair;
 pub mod report;
 pub mod request_id;
@@ -26,6 +28,7 @@ pub mod sequences;
 pub mod state;
 pub mod stock;
 pub mod vouchers;
+pub mod waiting;
 
 pub use error::ApiError;
 pub use state::AppState;

@@ -24,10 +24,16 @@ fn not_found() -> ApiError {
 }
 
 #[utoipa::path(post, path = "/api/v1/vouchers/{id}/orders", tag = "orders", security(("bearer" = [])),
-    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("X-Admission-Token" = Option<String>, Header, description = "required for a sale whose `admission` is \
+            `queue` or `raffle`: the token its queue or raffle gave the shopper")),
     responses((status = 202, description = "admitted; pending until the worker persists it", body = Accepted,
             headers(("Location" = String, description = "the order's status URL, /api/v1/orders/{order_id}"))),
-        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        BadRequest, Unauthorized,
+        (status = 403, body = ErrorBody, description = "forbidden: the token is not a shopper's; or, for a queue or \
+            raffle sale, admission_required (no X-Admission-Token), admission_invalid (forged, another shopper's, \
+            another sale's) or admission_expired"),
+        VoucherNotFound,
         (status = 409, body = ErrorBody,
             description = "not_a_flash_sale, sale_not_started, sale_ended, sale_paused, sold_out, already_ordered \
                 (with the shopper's existing `order_id` in `error`)"),
@@ -57,6 +63,13 @@ pub async fn place(
             return Err(refusal.into());
         }
     };
+    // A queue or raffle sale: the shopper's admission token, checked in process.
+    if judged.admission().gated() {
+        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id) {
+            state.metrics.order("not_admitted");
+            return Err(refused);
+        }
+    }
     if let Err(limited) = state.admission.check_user(caller.user_id) {
         state.metrics.order("rate_limited");
         return Err(limited);
@@ -70,6 +83,35 @@ pub async fn place(
     Ok(HttpResponse::Accepted()
         .insert_header((header::LOCATION, format!("/api/v1/orders/{order_id}")))
         .json(Accepted::new(order_id)))
+}
+
+/// The header of an admission token.
+pub const ADMISSION_HEADER: &str = "X-Admission-Token";
+
+/// Whether the request carries a valid admission token of `user` for `voucher`.
+fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64) -> Result<(), ApiError> {
+    use crate::admit::token::Refused;
+    use actix_web::http::StatusCode;
+    let Some(token) = req.headers().get(ADMISSION_HEADER) else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admission_required",
+            "this sale takes orders only with an admission token (X-Admission-Token) from its queue or raffle",
+        ));
+    };
+    let token = token.to_str().unwrap_or_default();
+    state
+        .admit
+        .signer
+        .check_admission(token, user, voucher)
+        .map_err(|refused| match refused {
+            Refused::Expired => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "admission_expired",
+                "the admission token has expired: poll the queue or the raffle for a new one",
+            ),
+            Refused::Invalid(why) => ApiError::new(StatusCode::FORBIDDEN, "admission_invalid", why),
+        })
 }
 
 #[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])),

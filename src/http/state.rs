@@ -31,6 +31,8 @@ pub struct AppState {
     /// Names this process in Redis consumer groups and logs.
     pub instance: String,
     pub admission: Arc<super::admission::Admission>,
+    /// Fair admission: admission tokens, queue tickets, proofs of work, frontiers.
+    pub admit: Arc<crate::admit::Desk>,
     pub locks: Arc<crate::lock::LockService>,
     pub lifecycle: crate::order::lifecycle::Lifecycle,
     pub user_serializer: crate::lock::user::UserSerializer,

@@ -46,6 +46,18 @@ pub struct Judged {
     now: DateTime<Utc>,
 }
 
+impl Judged {
+    /// The sale's admission: whether an order needs an admission token.
+    pub fn admission(&self) -> crate::admit::Mode {
+        self.entry
+            .voucher
+            .flash
+            .as_ref()
+            .map(|f| f.admission)
+            .unwrap_or_default()
+    }
+}
+
 /// What placing an order needs.
 #[derive(Clone)]
 pub struct OrderDesk {

@@ -1,0 +1,141 @@
+//! The admin's view of a sale's admission (the console polls it) and the live
+//! change of a queue's admit rate.
+use super::auth::Admin;
+use super::error::ErrorBody;
+use super::path::path_id;
+use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::vouchers::announce;
+use super::waiting::{frontier_of, sale};
+use super::ApiError;
+use super::AppState;
+use crate::admit::queue::{self, Admitted, Frontier};
+use crate::admit::raffle::{self, Summary, Winner};
+use crate::admit::Mode;
+use crate::validate::{self, required, whole};
+use crate::voucher::model::MAX_ADMIT_RATE;
+use crate::voucher::repo;
+use actix_web::web;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// How many admitted shoppers, or winners, the view lists.
+const LISTED: i64 = 50;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/admin/vouchers/{id}/admission", web::get().to(view))
+        .route("/admin/vouchers/{id}/admission", web::post().to(set_rate));
+}
+
+/// A queue, for the admin.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct QueueView {
+    #[serde(flatten)]
+    pub frontier: Frontier,
+    pub turn_secs: i32,
+    /// The last shoppers admitted, latest first (at most 50).
+    pub recent_admitted: Vec<Admitted>,
+}
+
+/// A raffle, for the admin.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RaffleView {
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// The first winners in entry order, with their shoppers (at most 50).
+    pub winners_listed: Vec<Winner>,
+}
+
+/// A sale's admission, for the admin.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct AdmissionView {
+    pub admission: Mode,
+    pub pow_difficulty: i32,
+    /// For a `queue` sale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueView>,
+    /// For a `raffle` sale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raffle: Option<RaffleView>,
+}
+
+async fn admission_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiError> {
+    let (voucher, flash) = sale(state, id).await?;
+    let mut view = AdmissionView {
+        admission: flash.admission,
+        pow_difficulty: flash.pow_difficulty,
+        queue: None,
+        raffle: None,
+    };
+    match flash.admission {
+        Mode::FirstCome => {}
+        Mode::Queue => {
+            let frontier = frontier_of(state, &voucher, &flash).await?;
+            view.queue = Some(QueueView {
+                frontier,
+                turn_secs: flash.turn_secs.unwrap_or(300),
+                recent_admitted: queue::recent_admitted(&state.pg, id, frontier.admitted, LISTED).await?,
+            });
+        }
+        Mode::Raffle => {
+            view.raffle = Some(RaffleView {
+                summary: raffle::summary(&state.pg, id).await?,
+                winners_listed: raffle::winners_of(&state.pg, id, LISTED).await?,
+            });
+        }
+    }
+    Ok(view)
+}
+
+#[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}/admission", tag = "admin", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "the sale's admission: a queue's length, frontier, rate and the last \
+            shoppers admitted; a raffle's commitment, seed, entries and winners", body = AdmissionView),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn view(
+    state: web::Data<AppState>,
+    _admin: Admin,
+    path: web::Path<String>,
+) -> Result<web::Json<AdmissionView>, ApiError> {
+    let id = path_id(&path)?;
+    Ok(web::Json(admission_view(&state, id).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/admission", tag = "admin", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    request_body(content = Value, description = "`{\"admit_rate\": n}`: a queue's shoppers admitted per second from \
+        now on (1 to 1,000,000)", example = json!({"admit_rate": 200})),
+    responses((status = 200, description = "the sale's admission, at the new rate", body = AdmissionView),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue"),
+        BodyRefused, RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn set_rate(
+    state: web::Data<AppState>,
+    _admin: Admin,
+    path: web::Path<String>,
+    body: web::Json<Value>,
+) -> Result<web::Json<AdmissionView>, ApiError> {
+    let id = path_id(&path)?;
+    let obj = validate::object(&body)?;
+    let rate = whole(required(obj, "admit_rate")?, "admit_rate", 1, MAX_ADMIT_RATE)? as i32;
+    let (voucher, flash) = sale(&state, id).await?;
+    if flash.admission != Mode::Queue {
+        return Err(ApiError::conflict(
+            "not_a_queue",
+            "this sale has no queue (its admission is not `queue`)",
+        ));
+    }
+    // The frontier moves at the old rate up to now, then the new rate counts.
+    state.admit.frontiers.forget(id);
+    frontier_of(&state, &voucher, &flash).await?;
+    queue::set_rate(&state.pg, id, rate).await?;
+    state.admit.frontiers.forget(id);
+    if let Some(v) = repo::get(&state.pg, id).await? {
+        announce(&state, &v).await;
+    }
+    Ok(web::Json(admission_view(&state, id).await?))
+}

@@ -1,0 +1,218 @@
+//! The raffle of a `raffle` sale: entering, the public commitment, seed, entries
+//! and winners, and a shopper's own result with its admission token.
+use super::auth::Shopper;
+use super::error::ErrorBody;
+use super::path::path_id;
+use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::waiting::{proof_of_work, sale};
+use super::ApiError;
+use super::AppState;
+use crate::admit::raffle::{self, Entered, PublicEntry, Summary};
+use crate::admit::Mode;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// How long a winner's admission token lasts (a poll gives a new one).
+const WINNER_TOKEN_SECS: i64 = 300;
+/// Largest page of entries.
+const MAX_PAGE: i64 = 1000;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/vouchers/{id}/raffle", web::get().to(summary))
+        .route("/vouchers/{id}/raffle/entries", web::post().to(enter))
+        .route("/vouchers/{id}/raffle/entries", web::get().to(entries))
+        .route("/vouchers/{id}/raffle/me", web::get().to(me));
+}
+
+fn not_a_raffle() -> ApiError {
+    ApiError::conflict(
+        "not_a_raffle",
+        "this sale has no raffle (its admission is not `raffle`)",
+    )
+}
+
+async fn raffle_sale(state: &AppState, id: i64) -> Result<crate::voucher::model::FlashSale, ApiError> {
+    let (_, flash) = sale(state, id).await?;
+    if flash.admission != Mode::Raffle {
+        return Err(not_a_raffle());
+    }
+    Ok(flash)
+}
+
+/// A shopper's entry.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct MyEntry {
+    /// As the published entry list shows it.
+    pub entry: String,
+    pub draw_at: DateTime<Utc>,
+    /// Whether the draw has happened.
+    pub drawn: bool,
+    /// Null before the draw.
+    pub won: Option<bool>,
+    /// A winner's token for `POST /api/v1/vouchers/{id}/orders` (header
+    /// `X-Admission-Token`), valid until `admission_expires_at`; polling again
+    /// gives a new one while the sale lasts.
+    pub admission_token: Option<String>,
+    pub admission_expires_at: Option<DateTime<Utc>>,
+}
+
+#[utoipa::path(post, path = "/api/v1/vouchers/{id}/raffle/entries", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("X-Altcha" = Option<String>, Header, description = "the solved challenge, when the sale asks a proof of work")),
+    responses((status = 201, description = "entered", body = MyEntry),
+        (status = 200, description = "the caller had entered already (one entry per shopper)", body = MyEntry),
+        BadRequest, Unauthorized,
+        (status = 403, body = ErrorBody, description = "forbidden; proof_of_work_required, proof_of_work_invalid"),
+        VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle, raffle_closed (past draw_at)"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+pub async fn enter(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&path)?;
+    let flash = raffle_sale(&state, id).await?;
+    let had = raffle::mine(&state.pg, id, caller.user_id).await?;
+    if had.is_none() {
+        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+    }
+    let code = match raffle::enter(&state.pg, id, caller.user_id).await? {
+        Entered::New(_) => StatusCode::CREATED,
+        Entered::Already(_) => StatusCode::OK,
+        Entered::Closed => return Err(ApiError::conflict("raffle_closed", "entries closed at draw_at")),
+    };
+    Ok(HttpResponse::build(code).json(mine(&state, id, caller.user_id, &flash).await?))
+}
+
+async fn mine(
+    state: &AppState,
+    id: i64,
+    user: i64,
+    flash: &crate::voucher::model::FlashSale,
+) -> Result<MyEntry, ApiError> {
+    let (entry, won) = raffle::mine(&state.pg, id, user)
+        .await?
+        .ok_or_else(|| ApiError::not_found("not_entered", "the caller has not entered this raffle"))?;
+    let mut me = MyEntry {
+        entry,
+        draw_at: flash.draw_at.unwrap_or(flash.begin_at),
+        drawn: won.is_some(),
+        won,
+        admission_token: None,
+        admission_expires_at: None,
+    };
+    let now = Utc::now();
+    if won == Some(true) && now < flash.end_at {
+        let exp = (now + Duration::seconds(WINNER_TOKEN_SECS)).min(flash.end_at);
+        me.admission_token = Some(
+            state
+                .admit
+                .signer
+                .admission_token(user, id, exp.timestamp().max(0) as u64),
+        );
+        me.admission_expires_at = Some(exp);
+    }
+    Ok(me)
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/raffle/me", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "the caller's entry and, after the draw, whether it won (a winner's \
+            admission token with it)", body = MyEntry),
+        BadRequest, Unauthorized, Forbidden,
+        (status = 404, body = ErrorBody, description = "voucher_not_found; not_entered"),
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+pub async fn me(
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<web::Json<MyEntry>, ApiError> {
+    let id = path_id(&path)?;
+    let flash = raffle_sale(&state, id).await?;
+    Ok(web::Json(mine(&state, id, caller.user_id, &flash).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/raffle", tag = "admission",
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "the raffle: its commitment from the start; after `draw_at` the seed, \
+            and how to recompute the winners from it and the entries", body = Summary),
+        BadRequest, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn summary(state: web::Data<AppState>, path: web::Path<String>) -> Result<web::Json<Summary>, ApiError> {
+    let id = path_id(&path)?;
+    raffle_sale(&state, id).await?;
+    Ok(web::Json(raffle::summary(&state.pg, id).await?))
+}
+
+#[derive(Deserialize)]
+pub struct EntriesQuery {
+    after: Option<String>,
+    limit: Option<String>,
+    won: Option<String>,
+}
+
+/// A page of entries.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EntryPage {
+    /// In entry order.
+    pub items: Vec<PublicEntry>,
+    /// The `after` of the next page; null on the last.
+    pub next_after: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/raffle/entries", tag = "admission",
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("after" = Option<String>, Query, pattern = "^[0-9a-f]{64}$", description = "only entries after this one (the previous page's next_after)"),
+        ("limit" = Option<i32>, Query, minimum = 1, maximum = 1000, description = "page size, default 1000"),
+        ("won" = Option<bool>, Query, description = "true: only the winners")),
+    responses((status = 200, description = "the entries in entry order, each with whether it won (null before the draw)", body = EntryPage),
+        BadRequest, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn entries(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    q: web::Query<EntriesQuery>,
+) -> Result<web::Json<EntryPage>, ApiError> {
+    let id = path_id(&path)?;
+    let after = q.after.as_deref();
+    if let Some(a) = after {
+        if a.len() != 64 || !a.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(ApiError::validation(
+                "after",
+                "must be an entry: 64 lower-case hex digits",
+            ));
+        }
+    }
+    let limit = match q.limit.as_deref() {
+        None => MAX_PAGE,
+        Some(raw) => raw
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| ApiError::validation("limit", format!("must be a whole number from 1 to {MAX_PAGE}")))?,
+    };
+    let won = match q.won.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::validation("won", "must be true or false")),
+    };
+    raffle_sale(&state, id).await?;
+    raffle::draw(&state.pg, id).await?;
+    let items = raffle::entries(&state.pg, id, after, limit, won).await?;
+    let next_after = (items.len() as i64 == limit)
+        .then(|| items.last().map(|e| e.entry.clone()))
+        .flatten();
+    Ok(web::Json(EntryPage { items, next_after }))
+}

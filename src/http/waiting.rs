@@ -1,0 +1,309 @@
+//! The waiting room of a `queue` sale: joining, polling a place, and the proof of
+//! work a `queue` or `raffle` sale may ask first (`src/admit`).
+use super::auth::Shopper;
+use super::error::ErrorBody;
+use super::path::path_id;
+use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::vouchers::voucher_not_found;
+use super::ApiError;
+use super::AppState;
+use crate::admit::pow::Challenge;
+use crate::admit::queue::{self, unix_now, Frontier};
+use crate::admit::{frontier, Mode};
+use crate::voucher::model::{FlashSale, Voucher};
+use crate::voucher::{repo, stock};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/vouchers/{id}/challenge", web::get().to(challenge))
+        .route("/vouchers/{id}/queue", web::post().to(join))
+        .route("/vouchers/{id}/queue/me", web::get().to(me));
+}
+
+/// The header of a proof of work (an ALTCHA payload).
+pub const POW_HEADER: &str = "X-Altcha";
+/// The header of a queue ticket.
+pub const TICKET_HEADER: &str = "X-Queue-Ticket";
+
+/// The sale `id` names: from the cache, else Postgres (a sale created a moment
+/// ago on another instance).
+pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
+    let voucher = match state.cache.get(id) {
+        Some(entry) => entry.voucher.clone(),
+        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
+    };
+    let flash = voucher
+        .flash
+        .clone()
+        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
+    Ok((voucher, flash))
+}
+
+/// For a sale asking a proof of work: the caller's, valid for this sale now.
+pub(super) fn proof_of_work(
+    req: &HttpRequest,
+    state: &AppState,
+    sale: i64,
+    user: i64,
+    flash: &FlashSale,
+) -> Result<(), ApiError> {
+    if flash.pow_difficulty <= 0 {
+        return Ok(());
+    }
+    let Some(payload) = req.headers().get(POW_HEADER) else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "proof_of_work_required",
+            "this sale asks a proof of work: solve GET /api/v1/vouchers/{id}/challenge and send it in X-Altcha",
+        ));
+    };
+    let payload = payload.to_str().unwrap_or_default();
+    state
+        .admit
+        .signer
+        .check_solution(payload, sale, user, i64::from(flash.pow_difficulty), unix_now())
+        .map_err(|refused| {
+            let why = match refused {
+                crate::admit::pow::Refused::Missing => "no proof of work",
+                crate::admit::pow::Refused::Invalid(why) => why,
+            };
+            ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
+        })
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/challenge", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "an ALTCHA challenge for the caller and this sale, valid ten minutes: \
+            find `number` in 0..=maxnumber with hex(SHA-256(salt + number)) = challenge, then send base64 of \
+            {algorithm, challenge, number, salt, signature} in X-Altcha when joining the queue or entering the raffle",
+            body = Challenge),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale; no_proof_of_work: the sale asks none"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn challenge(
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<web::Json<Challenge>, ApiError> {
+    let id = path_id(&path)?;
+    let (_, flash) = sale(&state, id).await?;
+    if !flash.admission.gated() || flash.pow_difficulty <= 0 {
+        return Err(ApiError::conflict(
+            "no_proof_of_work",
+            "this sale asks no proof of work",
+        ));
+    }
+    Ok(web::Json(state.admit.signer.challenge(
+        id,
+        caller.user_id,
+        i64::from(flash.pow_difficulty),
+        unix_now(),
+    )))
+}
+
+/// A shopper's place in a queue.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct QueueStatus {
+    /// Send it back in `X-Queue-Ticket` when polling: the place it holds needs no lookup.
+    pub ticket: String,
+    /// `waiting_for_start` (joined before `begin_at`: places are drawn at the
+    /// start), `waiting`, `admitted` (order with `admission_token` before
+    /// `turn_ends_at`), `turn_ended`, `closed` (the sale has ended).
+    pub state: String,
+    /// 1-based; null until the early arrivals are drawn.
+    pub place: Option<i64>,
+    /// Shoppers ahead still waiting (0 once admitted).
+    pub position: Option<i64>,
+    /// Places admitted so far.
+    pub admitted_upto: i64,
+    /// Shoppers admitted a second now.
+    pub admit_rate: i32,
+    /// At the current rate, seconds until the place is admitted (0 once
+    /// admitted; longer while the frontier is held for the stock).
+    pub estimated_wait_secs: Option<f64>,
+    /// Whether the frontier is held: the admitted shoppers could take every unit left.
+    pub held: bool,
+    /// For `POST /api/v1/vouchers/{id}/orders` (header `X-Admission-Token`).
+    pub admission_token: Option<String>,
+    pub turn_ends_at: Option<DateTime<Utc>>,
+}
+
+fn not_a_queue() -> ApiError {
+    ApiError::conflict("not_a_queue", "this sale has no queue (its admission is not `queue`)")
+}
+
+/// The queue's frontier now (this instance's, at most [`frontier::REFRESH`] old).
+pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
+    let (pg, redis, keys) = (state.pg.clone(), state.redis.clone(), state.keys.clone());
+    let (id, begin_at, shards, turn) = (
+        voucher.id,
+        flash.begin_at,
+        flash.shards(),
+        flash.turn_secs.unwrap_or(300),
+    );
+    Ok(state
+        .admit
+        .frontiers
+        .get(id, frontier::REFRESH, || async move {
+            let units = stock::stats(&redis, &keys, id, shards).await?.stock.unwrap_or(0);
+            queue::advance(&pg, id, begin_at, units, i64::from(turn)).await
+        })
+        .await?)
+}
+
+async fn status(
+    state: &AppState,
+    voucher: &Voucher,
+    flash: &FlashSale,
+    user: i64,
+    place: Option<i64>,
+) -> Result<QueueStatus, ApiError> {
+    let now = Utc::now();
+    let f = frontier_of(state, voucher, flash).await?;
+    // Drawn since the ticket was made: look the place up once.
+    let place = match place {
+        None if f.sealed => queue::place_of(&state.pg, voucher.id, user).await?.flatten(),
+        p => p,
+    };
+    let exp = flash.end_at.timestamp().max(0) as u64 + 60;
+    let mut s = QueueStatus {
+        ticket: state.admit.signer.ticket(user, voucher.id, place, exp),
+        state: "waiting".into(),
+        place,
+        position: None,
+        admitted_upto: f.admitted,
+        admit_rate: f.admit_rate,
+        estimated_wait_secs: None,
+        held: f.held,
+        admission_token: None,
+        turn_ends_at: None,
+    };
+    let Some(place) = place else {
+        s.state = "waiting_for_start".into();
+        return Ok(s);
+    };
+    if now >= flash.end_at {
+        s.state = "closed".into();
+        return Ok(s);
+    }
+    if place > f.admitted {
+        let ahead = place - f.admitted - 1;
+        s.position = Some(ahead);
+        s.estimated_wait_secs = Some((ahead + 1) as f64 / f64::from(f.admit_rate.max(1)));
+        return Ok(s);
+    }
+    s.position = Some(0);
+    s.estimated_wait_secs = Some(0.0);
+    let Some(at) = queue::admitted_at(&state.pg, voucher.id, place).await? else {
+        return Ok(s);
+    };
+    let ends = (at + Duration::seconds(i64::from(flash.turn_secs.unwrap_or(300)))).min(flash.end_at);
+    s.turn_ends_at = Some(ends);
+    if now >= ends {
+        s.state = "turn_ended".into();
+        return Ok(s);
+    }
+    s.state = "admitted".into();
+    s.admission_token = Some(
+        state
+            .admit
+            .signer
+            .admission_token(user, voucher.id, ends.timestamp().max(0) as u64),
+    );
+    Ok(s)
+}
+
+#[utoipa::path(post, path = "/api/v1/vouchers/{id}/queue", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("X-Altcha" = Option<String>, Header, description = "the solved challenge, when the sale asks a proof of work")),
+    responses((status = 201, description = "joined: the new place (before `begin_at`: drawn at the start)", body = QueueStatus),
+        (status = 200, description = "the caller's place already (one place per shopper)", body = QueueStatus),
+        BadRequest, Unauthorized,
+        (status = 403, body = ErrorBody, description = "forbidden; proof_of_work_required, proof_of_work_invalid \
+            (wrong, another sale's or shopper's, expired, or below the sale's difficulty)"),
+        VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue, sale_ended"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+pub async fn join(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&path)?;
+    let (voucher, flash) = sale(&state, id).await?;
+    if flash.admission != Mode::Queue {
+        return Err(not_a_queue());
+    }
+    if Utc::now() >= flash.end_at {
+        return Err(ApiError::conflict("sale_ended", "the sale has ended"));
+    }
+    // One place per shopper: a shopper who has one gets it back without paying again.
+    let had = queue::place_of(&state.pg, id, caller.user_id).await?;
+    if had.is_none() {
+        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+    }
+    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at).await?;
+    let status = status(&state, &voucher, &flash, caller.user_id, joined.place).await?;
+    let code = if joined.new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(HttpResponse::build(code).json(status))
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/queue/me", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id"),
+        ("X-Queue-Ticket" = Option<String>, Header, description = "the ticket of the last answer (optional: without \
+            it the place is looked up)")),
+    responses((status = 200, description = "the caller's place, and an admission token once admitted", body = QueueStatus),
+        BadRequest, Unauthorized,
+        (status = 403, body = ErrorBody, description = "forbidden; ticket_invalid: the ticket is forged, another \
+            shopper's or another sale's"),
+        (status = 404, body = ErrorBody, description = "voucher_not_found; not_in_queue"),
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
+pub async fn me(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<web::Json<QueueStatus>, ApiError> {
+    let id = path_id(&path)?;
+    let (voucher, flash) = sale(&state, id).await?;
+    if flash.admission != Mode::Queue {
+        return Err(not_a_queue());
+    }
+    let from_ticket = match req.headers().get(TICKET_HEADER) {
+        None => None,
+        Some(t) => match state
+            .admit
+            .signer
+            .read_ticket(t.to_str().unwrap_or_default(), caller.user_id, id)
+        {
+            Ok(place) => Some(place),
+            // An old ticket says nothing wrong: look the place up.
+            Err(crate::admit::token::Refused::Expired) => None,
+            Err(crate::admit::token::Refused::Invalid(why)) => {
+                return Err(ApiError::new(StatusCode::FORBIDDEN, "ticket_invalid", why))
+            }
+        },
+    };
+    let place = match from_ticket {
+        Some(place) => place,
+        None => queue::place_of(&state.pg, id, caller.user_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("not_in_queue", "the caller has not joined this queue"))?,
+    };
+    Ok(web::Json(
+        status(&state, &voucher, &flash, caller.user_id, place).await?,
+    ))
+}
