@@ -2,6 +2,7 @@
 //! the real PostgreSQL, Redis and RabbitMQ in a namespace of its own. `helpers` is
 //! the harness (start there), `fixtures` the servers and processes a test runs of
 //! its own; every other module tests one part of the service, its doc says which.
+mod admission;
 mod audit;
 mod barrier;
 mod browse;

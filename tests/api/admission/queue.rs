@@ -1,0 +1,215 @@
+//! The waiting room:
+//! - `thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_shuffled`;
+//! - `the_frontier_holds_while_the_admitted_could_take_every_unit`.
+use super::*;
+use futures::stream::{self, StreamExt};
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_shuffled() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (early_n, late_n, rate) = (1500_i64, 300_i64, 400_i64);
+    let begin = Utc::now() + chrono::Duration::seconds(10);
+    let v = sale_with(
+        &app,
+        100_000,
+        begin,
+        begin + chrono::Duration::hours(1),
+        json!({"admission": "queue", "admit_rate": rate}),
+    )
+    .await;
+    // Early arrivals, 32 at a time; the order their joins were answered in.
+    let answered = std::sync::Mutex::new(Vec::new());
+    stream::iter(1..=early_n)
+        .for_each_concurrent(32, |user| {
+            let (app, answered) = (&app, &answered);
+            async move {
+                let (status, body) = join(app, v, user, &[]).await;
+                assert_eq!(status, StatusCode::CREATED, "{body}");
+                assert_eq!(body["state"], "waiting_for_start", "joined before begin_at: {body}");
+                answered.lock().unwrap().push(user);
+            }
+        })
+        .await;
+    assert!(
+        Utc::now() < begin,
+        "the early joins took longer than the 10 s before begin_at"
+    );
+    let early_order = answered.into_inner().unwrap();
+    tokio::time::sleep((begin - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(200)).await;
+    // Late arrivals, one after the other: they join the end in arrival order.
+    let mut late_places = Vec::new();
+    for user in early_n + 1..=early_n + late_n {
+        let (status, body) = join(&app, v, user, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        late_places.push(body["place"].as_i64().expect("a late arrival's place at once"));
+    }
+    let expected: Vec<i64> = (early_n + 1..=early_n + late_n).collect();
+    assert_eq!(
+        late_places, expected,
+        "late arrivals take the next places in arrival order"
+    );
+
+    // Everyone polls until admitted; each answer's frontier is checked against the rate.
+    let mut place_of: HashMap<i64, i64> = HashMap::new();
+    let mut admitted_seen: HashMap<i64, i64> = HashMap::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let waiting: Vec<i64> = (1..=early_n + late_n)
+            .filter(|u| !admitted_seen.contains_key(u))
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} shoppers never admitted",
+            waiting.len()
+        );
+        let answers: Vec<(i64, Value, DateTime<Utc>)> = stream::iter(waiting)
+            .map(|user| {
+                let app = &app;
+                async move {
+                    let (status, body) = poll(app, v, user, None).await;
+                    assert_eq!(status, StatusCode::OK, "{body}");
+                    (user, body, Utc::now())
+                }
+            })
+            .buffer_unordered(32)
+            .collect()
+            .await;
+        for (user, body, at) in answers {
+            let place = body["place"].as_i64().expect("a place after begin_at");
+            assert_eq!(*place_of.entry(user).or_insert(place), place, "a place never changes");
+            let upto = body["admitted_upto"].as_i64().unwrap();
+            // Never faster than the rate (plus the one second's burst it may bank).
+            let elapsed = (at - begin).num_milliseconds().max(0) as f64 / 1000.0;
+            assert!(
+                upto as f64 <= rate as f64 * (elapsed + 1.0) + 1.0,
+                "{upto} admitted {elapsed:.2} s after begin_at at {rate}/s"
+            );
+            match body["state"].as_str().unwrap() {
+                "admitted" => {
+                    assert!(place <= upto && body["admission_token"].is_string(), "{body}");
+                    admitted_seen.insert(user, place);
+                }
+                "waiting" => {
+                    assert!(place > upto && body["admission_token"].is_null(), "{body}");
+                    assert_eq!(body["position"].as_i64().unwrap(), place - upto - 1, "{body}");
+                }
+                other => panic!("state {other}: {body}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Places: a permutation of 1..=n; the early arrivals hold exactly 1..=early_n.
+    let mut places: Vec<i64> = place_of.values().copied().collect();
+    places.sort();
+    assert_eq!(places, (1..=early_n + late_n).collect::<Vec<_>>());
+    assert!((1..=early_n).all(|u| place_of[&u] <= early_n));
+    // Shuffled: in the order their joins were answered, about half of the
+    // neighbours' places go up (all of them would, first come first served).
+    let ups = early_order
+        .windows(2)
+        .filter(|w| place_of[&w[0]] < place_of[&w[1]])
+        .count();
+    let share = ups as f64 / (early_order.len() - 1) as f64;
+    assert!(
+        (0.4..0.6).contains(&share),
+        "early arrivals' places in join order go up {share:.3} of the time"
+    );
+    // The frontier moved forward only, in time order.
+    let moves: Vec<(i64, DateTime<Utc>)> =
+        sqlx::query_as("SELECT upto, at FROM queue_admits WHERE voucher_id = $1 ORDER BY upto")
+            .bind(v)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert!(moves.windows(2).all(|w| w[0].1 < w[1].1), "moves in time order");
+    assert_eq!(moves.last().unwrap().0, early_n + late_n);
+    let span = (moves.last().unwrap().1 - begin).num_milliseconds() as f64 / 1000.0;
+    println!(
+        "queue: {} shoppers admitted over {span:.2} s at {rate}/s in {} moves",
+        early_n + late_n,
+        moves.len()
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_frontier_holds_while_the_admitted_could_take_every_unit() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let v = sale_with(
+        &app,
+        3,
+        now - chrono::Duration::seconds(1),
+        now + chrono::Duration::hours(1),
+        json!({"admission": "queue", "admit_rate": 1000, "turn_secs": 5}),
+    )
+    .await;
+    for user in 1..=10 {
+        assert_eq!(join(&app, v, user, &[]).await.0, StatusCode::CREATED);
+    }
+    let upto = || async {
+        let (_, b) = poll(&app, v, 10, None).await;
+        (b["admitted_upto"].as_i64().unwrap(), b["held"].as_bool().unwrap())
+    };
+    // Three units: three admitted, then held.
+    let first = eventually(Duration::from_secs(10), || async {
+        Some(upto().await).filter(|u| u.0 == 3)
+    })
+    .await;
+    assert_eq!(first, Some((3, true)));
+    // Two of them order: one unit left, one admitted shopper who may still take it.
+    for user in [1, 2] {
+        let a = admitted(&app, v, user).await;
+        let (status, body) = order_with(&app, v, user, a["admission_token"].as_str()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    wait_stored(&app, v, 2, Duration::from_secs(20), "two orders").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(upto().await, (3, true), "shopper 3 could still take the last unit");
+    // Shopper 3's turn ends unused: the last unit goes to place 4.
+    let third = admitted(&app, v, 3).await;
+    let ends: DateTime<Utc> = third["turn_ends_at"].as_str().unwrap().parse().unwrap();
+    tokio::time::sleep((ends - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(300)).await;
+    let (_, b3) = poll(&app, v, 3, None).await;
+    assert_eq!(b3["state"], "turn_ended", "{b3}");
+    assert!(b3["admission_token"].is_null());
+    let moved = eventually(Duration::from_secs(10), || async {
+        Some(upto().await).filter(|u| u.0 == 4)
+    })
+    .await;
+    assert_eq!(moved, Some((4, true)));
+    let fourth = admitted(&app, v, 4).await;
+    let ends4: DateTime<Utc> = fourth["turn_ends_at"].as_str().unwrap().parse().unwrap();
+    // A return reopens at once: shopper 1 cancels, and one more is admitted while
+    // place 4's turn (which holds the last unit) is still running.
+    let (status, mine) = app
+        .get(&format!("/api/v1/vouchers/{v}/orders/mine"), Some(&app.shopper(1)))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{mine}");
+    let order = mine["order_id"].as_str().unwrap();
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/orders/{order}/cancel"),
+            Some(&app.shopper(1)),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reopened = eventually(Duration::from_secs(20), || async {
+        Some(upto().await).filter(|u| u.0 >= 5)
+    })
+    .await;
+    assert_eq!(reopened.map(|u| u.0), Some(5), "one unit back, one more admitted");
+    assert!(
+        Utc::now() < ends4,
+        "the return, not the end of place 4's turn, reopened the queue"
+    );
+    app.shutdown().await;
+}
