@@ -39,13 +39,14 @@ SERVER_PREFIX=schemathesis
 start_server "$BIN"
 ADMIN=$("$BIN" token --user 1 --role admin --ttl-secs 3600 2>/dev/null)
 SHOPPER=$("$BIN" token --user 2 --ttl-secs 3600 2>/dev/null)
-# The shopper routes (order, mine, pay, cancel, an order's status) refuse admin
-# tokens with 403: they get a shopper's, every other operation the admin's.
+# The shopper routes (order, mine, pay, cancel, an order's status, and a sale's queue,
+# raffle and challenge) refuse admin tokens with 403: they get a shopper's, every
+# other operation the admin's.
 cat >"$SERVER_TMP/schemathesis.toml" <<TOML
 headers = { Authorization = "Bearer $ADMIN" }
 
 [[operations]]
-include-path-regex = '^/api/v1/(vouchers/[{]id[}]/orders|orders/)'
+include-path-regex = '^/api/v1/(vouchers/[{]id[}]/(orders|queue|raffle|challenge)|orders/)'
 headers = { Authorization = "Bearer $SHOPPER" }
 TOML
 

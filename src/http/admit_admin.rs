@@ -27,6 +27,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/admin/vouchers/{id}/admission", web::post().to(set_rate));
 }
 
+/// A validated `POST /api/v1/admin/vouchers/{id}/admission` body: a queue's
+/// shoppers admitted per second from now on.
+#[derive(Clone, Copy, Debug, ToSchema)]
+pub struct SetRate {
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub admit_rate: i32,
+}
+
+impl SetRate {
+    pub fn parse(body: &Value) -> Result<Self, crate::validate::ValidationError> {
+        let obj = validate::object(body)?;
+        Ok(Self {
+            admit_rate: whole(required(obj, "admit_rate")?, "admit_rate", 1, MAX_ADMIT_RATE)? as i32,
+        })
+    }
+}
+
 /// A queue, for the admin.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct QueueView {
@@ -106,8 +123,7 @@ pub async fn view(
 
 #[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/admission", tag = "admin", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")),
-    request_body(content = Value, description = "`{\"admit_rate\": n}`: a queue's shoppers admitted per second from \
-        now on (1 to 1,000,000)", example = json!({"admit_rate": 200})),
+    request_body = SetRate,
     responses((status = 200, description = "the sale's admission, at the new rate", body = AdmissionView),
         BadRequest, Unauthorized, Forbidden, VoucherNotFound,
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue"),
@@ -120,8 +136,7 @@ pub async fn set_rate(
     body: web::Json<Value>,
 ) -> Result<web::Json<AdmissionView>, ApiError> {
     let id = path_id(&path)?;
-    let obj = validate::object(&body)?;
-    let rate = whole(required(obj, "admit_rate")?, "admit_rate", 1, MAX_ADMIT_RATE)? as i32;
+    let rate = SetRate::parse(&body)?.admit_rate;
     let (voucher, flash) = sale(&state, id).await?;
     if flash.admission != Mode::Queue {
         return Err(ApiError::conflict(

@@ -90,7 +90,7 @@ impl Modify for BearerAuth {
         crate::admit::Mode, crate::admit::pow::Challenge, super::waiting::QueueStatus, super::raffle::MyEntry,
         crate::admit::raffle::Summary, crate::admit::raffle::PublicEntry, super::raffle::EntryPage,
         crate::admit::queue::Frontier, crate::admit::queue::Admitted, crate::admit::raffle::Winner,
-        super::admit_admin::AdmissionView, super::admit_admin::QueueView, super::admit_admin::RaffleView,
+        super::admit_admin::AdmissionView, super::admit_admin::SetRate, super::admit_admin::QueueView, super::admit_admin::RaffleView,
     )),
     modifiers(&BearerAuth, &IdParams, &Links, &RequestIdHeader),
 )]
