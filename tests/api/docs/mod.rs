@@ -33,11 +33,21 @@ const CONTRACT: [(&str, &str); 20] = [
 
 /// Endpoints beyond the contract: for the admin console, and for operators of a
 /// Redis repair.
-const EXTRAS: [(&str, &str); 4] = [
+const EXTRAS: [(&str, &str); 13] = [
     ("get", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}/live"),
     ("get", "/api/v1/admin/redis"),
     ("post", "/api/v1/admin/redis/abandon"),
+    // Fair admission (issue 25).
+    ("get", "/api/v1/vouchers/{id}/challenge"),
+    ("post", "/api/v1/vouchers/{id}/queue"),
+    ("get", "/api/v1/vouchers/{id}/queue/me"),
+    ("get", "/api/v1/vouchers/{id}/raffle"),
+    ("post", "/api/v1/vouchers/{id}/raffle/entries"),
+    ("get", "/api/v1/vouchers/{id}/raffle/entries"),
+    ("get", "/api/v1/vouchers/{id}/raffle/me"),
+    ("get", "/api/v1/admin/vouchers/{id}/admission"),
+    ("post", "/api/v1/admin/vouchers/{id}/admission"),
 ];
 
 /// Checks `v` against an OpenAPI 3.1 schema: `$ref`, `allOf`, `oneOf`, `type`,
@@ -172,5 +182,6 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+mod admission;
 mod routes;
 mod schemas_and_metrics;
