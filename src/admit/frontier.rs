@@ -1,7 +1,7 @@
 //! [`Frontiers`]: each queue's frontier as this instance last advanced it, so
 //! that a poll costs no query: at most one advance per sale per
 //! [`REFRESH`] in a process, and the polls meanwhile read its answer.
-use super::queue::Frontier;
+use super::advance::Frontier;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};

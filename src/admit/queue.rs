@@ -9,26 +9,11 @@
 //! begun, and the seal holds it exclusively: no early arrival can slip in after
 //! the numbering, and none is left unnumbered.
 //!
-//! **The frontier.** Places 1..`admitted` are admitted. [`advance`] moves it by
-//! `admit_rate` a second since the last move (at most one second's worth at
-//! once, so that a lull banks no burst), never past the last place, and not while
-//! the admitted shoppers who may still order could take every unit left: those
-//! whose turn (`turn_secs` from their admission) has not ended and who hold no
-//! live order in Postgres. Orders still on their way to Postgres count as
-//! shoppers who may still order: the rule errs on admitting later, never on
-//! admitting more shoppers than units. Returned units, and turns that end unused,
-//! let it move again. Every move is logged (`queue_admits`): a place's turn
-//! starts at the first move that passed it.
-//!
-//! Any instance may advance the queue; the row lock serialises them, and each
-//! move counts from the last one's time, so several instances admit at the one
-//! rate.
+//! **The frontier** that admits places is in [`super::advance`].
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 use std::time::{SystemTime, UNIX_EPOCH};
-use utoipa::ToSchema;
 
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -44,24 +29,6 @@ pub struct Joined {
     pub place: Option<i64>,
     /// Whether this call made the place (false: the shopper already had one).
     pub new: bool,
-}
-
-/// The queue's state after an advance.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, ToSchema)]
-pub struct Frontier {
-    /// Places 1..=admitted are admitted.
-    pub admitted: i64,
-    /// Places handed out (0 before the seal, when early arrivals have none yet).
-    pub places: i64,
-    /// Shoppers in the queue (with a place or waiting for the seal).
-    pub length: i64,
-    /// Shoppers admitted a second.
-    pub admit_rate: i32,
-    /// Whether the early arrivals have been numbered.
-    pub sealed: bool,
-    /// Whether the frontier is held because the admitted shoppers who may still
-    /// order could take every unit left.
-    pub held: bool,
 }
 
 /// Creates the queue of a new sale (in the sale's transaction).
@@ -157,17 +124,18 @@ pub async fn place_of(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<Opt
     )
 }
 
-struct Locked {
-    sealed: bool,
-    admit_rate: i32,
-    admitted: i64,
-    next_place: i64,
-    carry: f64,
-    advanced_at: Option<DateTime<Utc>>,
-    now: DateTime<Utc>,
+/// The queue's row, locked `FOR UPDATE`, and Postgres's clock.
+pub(super) struct Locked {
+    pub(super) sealed: bool,
+    pub(super) admit_rate: i32,
+    pub(super) admitted: i64,
+    pub(super) next_place: i64,
+    pub(super) carry: f64,
+    pub(super) advanced_at: Option<DateTime<Utc>>,
+    pub(super) now: DateTime<Utc>,
 }
 
-async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> {
+pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> {
     let r = sqlx::query(
         "SELECT sealed, admit_rate, admitted, next_place, carry, advanced_at, clock_timestamp() AS now
            FROM admission_queues WHERE voucher_id = $1 FOR UPDATE",
@@ -189,7 +157,7 @@ async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> {
 
 /// Numbers the early arrivals by their draws (the queue's row locked, the sale
 /// begun). The frontier's clock starts at `begin_at`.
-async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
+pub(super) async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
     let early = sqlx::query(
         "UPDATE queue_places q SET place = r.rn
            FROM (SELECT user_id, row_number() OVER (ORDER BY draw, user_id) AS rn
@@ -210,182 +178,4 @@ async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> R
     .execute(&mut *tx)
     .await?;
     Ok(early)
-}
-
-/// Moves the frontier of `voucher`'s queue as far as its rate and the stop rule
-/// allow now, and returns it. `units_left`: the sale's stock in Redis now;
-/// `turn_secs`: how long a turn lasts.
-pub async fn advance(
-    pg: &PgPool,
-    voucher: i64,
-    begin_at: DateTime<Utc>,
-    units_left: i64,
-    turn_secs: i64,
-) -> Result<Frontier> {
-    let mut tx = pg.begin().await?;
-    let mut q = lock(&mut tx, voucher).await?;
-    if q.now < begin_at {
-        let length: i64 = sqlx::query_scalar("SELECT count(*) FROM queue_places WHERE voucher_id = $1")
-            .bind(voucher)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        return Ok(Frontier {
-            admitted: 0,
-            places: 0,
-            length,
-            admit_rate: q.admit_rate,
-            sealed: false,
-            held: false,
-        });
-    }
-    if !q.sealed {
-        q.next_place = seal(&mut tx, voucher, begin_at).await?;
-        q.sealed = true;
-        q.advanced_at = Some(begin_at);
-        q.carry = 0.0;
-    }
-    let since = q.advanced_at.unwrap_or(begin_at);
-    let elapsed = (q.now - since).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
-    let rate = f64::from(q.admit_rate);
-    // At most one second's worth at once.
-    let due = (q.carry + rate * elapsed).min(rate.max(1.0));
-    let step = due.floor() as i64;
-    let mut target = (q.admitted + step).min(q.next_place);
-    let mut held = false;
-    if target > q.admitted {
-        let room = room(&mut tx, voucher, q.admitted, q.now, units_left, turn_secs).await?;
-        if q.admitted + room < target {
-            target = q.admitted + room;
-            held = true;
-        }
-    }
-    // What was due and could not be admitted is not banked.
-    let carry = if target == q.admitted + step {
-        due - step as f64
-    } else {
-        0.0
-    };
-    sqlx::query("UPDATE admission_queues SET admitted = $2, carry = $3, advanced_at = $4 WHERE voucher_id = $1")
-        .bind(voucher)
-        .bind(target)
-        .bind(carry)
-        .bind(q.now)
-        .execute(&mut *tx)
-        .await?;
-    if target > q.admitted {
-        sqlx::query("INSERT INTO queue_admits (voucher_id, upto, at) VALUES ($1, $2, $3)")
-            .bind(voucher)
-            .bind(target)
-            .bind(q.now)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(Frontier {
-        admitted: target,
-        places: q.next_place,
-        length: q.next_place,
-        admit_rate: q.admit_rate,
-        sealed: true,
-        held,
-    })
-}
-
-/// How many more shoppers may be admitted: the units left less the admitted
-/// shoppers who may still order (turn not ended, no live order in Postgres).
-async fn room(
-    tx: &mut PgConnection,
-    voucher: i64,
-    admitted: i64,
-    now: DateTime<Utc>,
-    units_left: i64,
-    turn_secs: i64,
-) -> Result<i64> {
-    // Places whose turn has ended: those the frontier had passed a turn ago.
-    let ended: i64 = sqlx::query_scalar(
-        "SELECT coalesce(max(upto), 0) FROM queue_admits
-          WHERE voucher_id = $1 AND at <= $2 - make_interval(secs => $3)",
-    )
-    .bind(voucher)
-    .bind(now)
-    .bind(turn_secs as f64)
-    .fetch_one(&mut *tx)
-    .await?;
-    let open = admitted - ended;
-    if open < units_left {
-        // Even if none of them has ordered.
-        return Ok(units_left - open);
-    }
-    let ordered: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM queue_places q
-          WHERE q.voucher_id = $1 AND q.place > $2 AND q.place <= $3
-            AND EXISTS (SELECT 1 FROM voucher_orders o
-                         WHERE o.user_id = q.user_id AND o.voucher_id = q.voucher_id
-                           AND o.status IN ('created', 'paid'))",
-    )
-    .bind(voucher)
-    .bind(ended)
-    .bind(admitted)
-    .fetch_one(&mut *tx)
-    .await?;
-    Ok((units_left - (open - ordered)).max(0))
-}
-
-/// When `place` was admitted (None if it has not been).
-pub async fn admitted_at(pg: &PgPool, voucher: i64, place: i64) -> Result<Option<DateTime<Utc>>> {
-    Ok(
-        sqlx::query_scalar("SELECT at FROM queue_admits WHERE voucher_id = $1 AND upto >= $2 ORDER BY upto LIMIT 1")
-            .bind(voucher)
-            .bind(place)
-            .fetch_optional(pg)
-            .await?,
-    )
-}
-
-/// Sets the admit rate from now on: the frontier first moves at the old rate up
-/// to now (by the caller's [`advance`]), then the new rate counts.
-pub async fn set_rate(pg: &PgPool, voucher: i64, rate: i32) -> Result<bool> {
-    let done = sqlx::query("UPDATE admission_queues SET admit_rate = $2 WHERE voucher_id = $1")
-        .bind(voucher)
-        .bind(rate)
-        .execute(pg)
-        .await?
-        .rows_affected();
-    Ok(done == 1)
-}
-
-/// One admitted shopper, for the console.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct Admitted {
-    pub place: i64,
-    #[serde(with = "crate::id")]
-    #[schema(schema_with = crate::id::schema)]
-    pub user_id: i64,
-    /// When the frontier passed the place.
-    pub admitted_at: DateTime<Utc>,
-}
-
-/// The last `limit` shoppers admitted, latest first.
-pub async fn recent_admitted(pg: &PgPool, voucher: i64, admitted: i64, limit: i64) -> Result<Vec<Admitted>> {
-    let rows = sqlx::query(
-        "SELECT p.place, p.user_id,
-                (SELECT a.at FROM queue_admits a WHERE a.voucher_id = p.voucher_id AND a.upto >= p.place
-                  ORDER BY a.upto LIMIT 1) AS at
-           FROM queue_places p WHERE p.voucher_id = $1 AND p.place <= $2 ORDER BY p.place DESC LIMIT $3",
-    )
-    .bind(voucher)
-    .bind(admitted)
-    .bind(limit)
-    .fetch_all(pg)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Admitted {
-                place: r.try_get("place")?,
-                user_id: r.try_get("user_id")?,
-                admitted_at: r.try_get::<Option<DateTime<Utc>>, _>("at")?.unwrap_or_default(),
-            })
-        })
-        .collect()
 }

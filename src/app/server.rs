@@ -63,6 +63,7 @@ pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_
                     .configure(crate::http::sales::configure)
                     .configure(crate::http::repair::configure)
                     .configure(crate::http::sequences::configure)
+                    .configure(crate::http::challenge::configure)
                     .configure(crate::http::waiting::configure)
                     .configure(crate::http::raffle::configure)
                     .configure(crate::http::admit_admin::configure),

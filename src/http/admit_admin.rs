@@ -1,14 +1,15 @@
 //! The admin's view of a sale's admission (the console polls it) and the live
 //! change of a queue's admit rate.
 use super::auth::Admin;
+use super::challenge::sale;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::vouchers::announce;
-use super::waiting::{frontier_of, sale};
+use super::waiting::frontier_of;
 use super::ApiError;
 use super::AppState;
-use crate::admit::queue::{self, Admitted, Frontier};
+use crate::admit::advance::{self, Admitted, Frontier};
 use crate::admit::raffle::{self, Summary, Winner};
 use crate::admit::Mode;
 use crate::validate::{self, required, whole};
@@ -91,7 +92,7 @@ async fn admission_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiE
             view.queue = Some(QueueView {
                 frontier,
                 turn_secs: flash.turn_secs.unwrap_or(300),
-                recent_admitted: queue::recent_admitted(&state.pg, id, frontier.admitted, LISTED).await?,
+                recent_admitted: advance::recent_admitted(&state.pg, id, frontier.admitted, LISTED).await?,
             });
         }
         Mode::Raffle => {
@@ -147,7 +148,7 @@ pub async fn set_rate(
     // The frontier moves at the old rate up to now, then the new rate counts.
     state.admit.frontiers.forget(id);
     frontier_of(&state, &voucher, &flash).await?;
-    queue::set_rate(&state.pg, id, rate).await?;
+    advance::set_rate(&state.pg, id, rate).await?;
     state.admit.frontiers.forget(id);
     if let Some(v) = repo::get(&state.pg, id).await? {
         announce(&state, &v).await;

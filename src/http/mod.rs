@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod admit_admin;
 pub mod auth;
+pub mod challenge;
 pub mod console;
 pub mod doc_headers;
 pub mod doc_links;

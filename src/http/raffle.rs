@@ -1,10 +1,10 @@
 //! The raffle of a `raffle` sale: entering, the public commitment, seed, entries
 //! and winners, and a shopper's own result with its admission token.
 use super::auth::Shopper;
+use super::challenge::{proof_of_work, sale};
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::waiting::{proof_of_work, sale};
 use super::ApiError;
 use super::AppState;
 use crate::admit::raffle::{self, Entered, PublicEntry, Summary};

@@ -1,17 +1,16 @@
-//! The waiting room of a `queue` sale: joining, polling a place, and the proof of
-//! work a `queue` or `raffle` sale may ask first (`src/admit`).
+//! The waiting room of a `queue` sale: joining and polling a place (`src/admit`).
 use super::auth::Shopper;
+use super::challenge::{proof_of_work, sale};
 use super::error::ErrorBody;
 use super::path::path_id;
-use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::vouchers::voucher_not_found;
+use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::ApiError;
 use super::AppState;
-use crate::admit::pow::Challenge;
-use crate::admit::queue::{self, unix_now, Frontier};
+use crate::admit::advance::{self, Frontier};
+use crate::admit::queue;
 use crate::admit::{frontier, Mode};
 use crate::voucher::model::{FlashSale, Voucher};
-use crate::voucher::{repo, stock};
+use crate::voucher::stock;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
@@ -19,92 +18,12 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/vouchers/{id}/challenge", web::get().to(challenge))
-        .route("/vouchers/{id}/queue", web::post().to(join))
+    cfg.route("/vouchers/{id}/queue", web::post().to(join))
         .route("/vouchers/{id}/queue/me", web::get().to(me));
 }
 
-/// The header of a proof of work (an ALTCHA payload).
-pub const POW_HEADER: &str = "X-Altcha";
 /// The header of a queue ticket.
 pub const TICKET_HEADER: &str = "X-Queue-Ticket";
-
-/// The sale `id` names: from the cache, else Postgres (a sale created a moment
-/// ago on another instance).
-pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
-    let voucher = match state.cache.get(id) {
-        Some(entry) => entry.voucher.clone(),
-        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
-    };
-    let flash = voucher
-        .flash
-        .clone()
-        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
-    Ok((voucher, flash))
-}
-
-/// For a sale asking a proof of work: the caller's, valid for this sale now.
-pub(super) fn proof_of_work(
-    req: &HttpRequest,
-    state: &AppState,
-    sale: i64,
-    user: i64,
-    flash: &FlashSale,
-) -> Result<(), ApiError> {
-    if flash.pow_difficulty <= 0 {
-        return Ok(());
-    }
-    let Some(payload) = req.headers().get(POW_HEADER) else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "proof_of_work_required",
-            "this sale asks a proof of work: solve GET /api/v1/vouchers/{id}/challenge and send it in X-Altcha",
-        ));
-    };
-    let payload = payload.to_str().unwrap_or_default();
-    state
-        .admit
-        .signer
-        .check_solution(payload, sale, user, i64::from(flash.pow_difficulty), unix_now())
-        .map_err(|refused| {
-            let why = match refused {
-                crate::admit::pow::Refused::Missing => "no proof of work",
-                crate::admit::pow::Refused::Invalid(why) => why,
-            };
-            ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
-        })
-}
-
-#[utoipa::path(get, path = "/api/v1/vouchers/{id}/challenge", tag = "admission", security(("bearer" = [])),
-    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
-    responses((status = 200, description = "an ALTCHA challenge for the caller and this sale, valid ten minutes: \
-            find `number` in 0..=maxnumber with hex(SHA-256(salt + number)) = challenge, then send base64 of \
-            {algorithm, challenge, number, salt, signature} in X-Altcha when joining the queue or entering the raffle",
-            body = Challenge),
-        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
-        (status = 409, body = ErrorBody, description = "not_a_flash_sale; no_proof_of_work: the sale asks none"),
-        RateLimited, Unavailable))]
-#[tracing::instrument(skip_all, fields(voucher_id = %path))]
-pub async fn challenge(
-    state: web::Data<AppState>,
-    Shopper(caller): Shopper,
-    path: web::Path<String>,
-) -> Result<web::Json<Challenge>, ApiError> {
-    let id = path_id(&path)?;
-    let (_, flash) = sale(&state, id).await?;
-    if !flash.admission.gated() || flash.pow_difficulty <= 0 {
-        return Err(ApiError::conflict(
-            "no_proof_of_work",
-            "this sale asks no proof of work",
-        ));
-    }
-    Ok(web::Json(state.admit.signer.challenge(
-        id,
-        caller.user_id,
-        i64::from(flash.pow_difficulty),
-        unix_now(),
-    )))
-}
 
 /// A shopper's place in a queue.
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -151,7 +70,7 @@ pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &Fla
         .frontiers
         .get(id, frontier::REFRESH, || async move {
             let units = stock::stats(&redis, &keys, id, shards).await?.stock.unwrap_or(0);
-            queue::advance(&pg, id, begin_at, units, i64::from(turn)).await
+            advance::advance(&pg, id, begin_at, units, i64::from(turn)).await
         })
         .await?)
 }
@@ -199,7 +118,7 @@ async fn status(
     }
     s.position = Some(0);
     s.estimated_wait_secs = Some(0.0);
-    let Some(at) = queue::admitted_at(&state.pg, voucher.id, place).await? else {
+    let Some(at) = advance::admitted_at(&state.pg, voucher.id, place).await? else {
         return Ok(s);
     };
     let ends = (at + Duration::seconds(i64::from(flash.turn_secs.unwrap_or(300)))).min(flash.end_at);

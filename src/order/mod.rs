@@ -3,6 +3,7 @@
 pub mod id_worker;
 pub mod lifecycle;
 pub mod model;
+pub mod movers;
 pub mod place;
 pub mod refusal;
 pub mod replication;

@@ -24,6 +24,7 @@
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 use super::id_worker::IdWorker;
+pub use super::movers::Movers;
 use super::refusal::unavailable;
 pub use super::refusal::Refusal;
 use super::replication::Replication;
@@ -85,36 +86,6 @@ thread_local! {
 const MAX_REFILLS: usize = 3;
 /// How many times one order request may run the script.
 const MAX_TRIES: usize = 8;
-
-/// Single flight for refills, per sale in this process: a request that finds its
-/// shard dry notes how many refills of the sale have started, takes the sale's
-/// lock, and takes the answer of a refill that started after that (it read every
-/// shard after this request's shard was found dry) instead of running its own.
-/// So at a sell-out one refill per process answers every waiting request, and a
-/// "sold out" is never older than the request it answers.
-#[derive(Default)]
-pub struct Movers {
-    map: std::sync::Mutex<std::collections::HashMap<i64, Arc<Mover>>>,
-}
-
-#[derive(Default)]
-struct Mover {
-    /// The last refill's number and answer.
-    last: tokio::sync::Mutex<(u64, Option<Refill>)>,
-    /// Refills started (under `last`'s lock).
-    started: std::sync::atomic::AtomicU64,
-}
-
-impl Movers {
-    fn get(&self, voucher: i64) -> Arc<Mover> {
-        self.map
-            .lock()
-            .expect("movers poisoned")
-            .entry(voucher)
-            .or_default()
-            .clone()
-    }
-}
 
 impl OrderDesk {
     /// The refusals this process decides alone, from the cache and its clock: no

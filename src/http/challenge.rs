@@ -1,0 +1,100 @@
+//! What a `queue` or `raffle` sale asks before joining or entering: the sale
+//! itself (from the cache, else Postgres), and the proof of work, with the
+//! ALTCHA challenge route.
+use super::auth::Shopper;
+use super::error::ErrorBody;
+use super::path::path_id;
+use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::vouchers::voucher_not_found;
+use super::ApiError;
+use super::AppState;
+use crate::admit::pow::Challenge;
+use crate::admit::queue::unix_now;
+use crate::voucher::model::{FlashSale, Voucher};
+use crate::voucher::repo;
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest};
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/vouchers/{id}/challenge", web::get().to(challenge));
+}
+
+/// The header of a proof of work (an ALTCHA payload).
+pub const POW_HEADER: &str = "X-Altcha";
+
+/// The sale `id` names: from the cache, else Postgres (a sale created a moment
+/// ago on another instance).
+pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
+    let voucher = match state.cache.get(id) {
+        Some(entry) => entry.voucher.clone(),
+        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
+    };
+    let flash = voucher
+        .flash
+        .clone()
+        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
+    Ok((voucher, flash))
+}
+
+/// For a sale asking a proof of work: the caller's, valid for this sale now.
+pub(super) fn proof_of_work(
+    req: &HttpRequest,
+    state: &AppState,
+    sale: i64,
+    user: i64,
+    flash: &FlashSale,
+) -> Result<(), ApiError> {
+    if flash.pow_difficulty <= 0 {
+        return Ok(());
+    }
+    let Some(payload) = req.headers().get(POW_HEADER) else {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "proof_of_work_required",
+            "this sale asks a proof of work: solve GET /api/v1/vouchers/{id}/challenge and send it in X-Altcha",
+        ));
+    };
+    let payload = payload.to_str().unwrap_or_default();
+    state
+        .admit
+        .signer
+        .check_solution(payload, sale, user, i64::from(flash.pow_difficulty), unix_now())
+        .map_err(|refused| {
+            let why = match refused {
+                crate::admit::pow::Refused::Missing => "no proof of work",
+                crate::admit::pow::Refused::Invalid(why) => why,
+            };
+            ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
+        })
+}
+
+#[utoipa::path(get, path = "/api/v1/vouchers/{id}/challenge", tag = "admission", security(("bearer" = [])),
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    responses((status = 200, description = "an ALTCHA challenge for the caller and this sale, valid ten minutes: \
+            find `number` in 0..=maxnumber with hex(SHA-256(salt + number)) = challenge, then send base64 of \
+            {algorithm, challenge, number, salt, signature} in X-Altcha when joining the queue or entering the raffle",
+            body = Challenge),
+        BadRequest, Unauthorized, Forbidden, VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale; no_proof_of_work: the sale asks none"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn challenge(
+    state: web::Data<AppState>,
+    Shopper(caller): Shopper,
+    path: web::Path<String>,
+) -> Result<web::Json<Challenge>, ApiError> {
+    let id = path_id(&path)?;
+    let (_, flash) = sale(&state, id).await?;
+    if !flash.admission.gated() || flash.pow_difficulty <= 0 {
+        return Err(ApiError::conflict(
+            "no_proof_of_work",
+            "this sale asks no proof of work",
+        ));
+    }
+    Ok(web::Json(state.admit.signer.challenge(
+        id,
+        caller.user_id,
+        i64::from(flash.pow_difficulty),
+        unix_now(),
+    )))
+}
