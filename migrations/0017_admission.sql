@@ -55,24 +55,36 @@ CREATE TABLE queue_admits (
     PRIMARY KEY (voucher_id, upto)
 );
 
+-- The frontier a turn ago (the stop rule), without reading every move.
+CREATE INDEX queue_admits_at_idx ON queue_admits (voucher_id, at);
+
 CREATE TABLE raffles (
     voucher_id BIGINT PRIMARY KEY REFERENCES vouchers (id),
     -- Secret until the draw; its SHA-256 is public from the start.
     seed       BYTEA NOT NULL,
     commitment TEXT NOT NULL,
     drawn_at   TIMESTAMPTZ,
-    -- How many entries won (the sale's stock at the draw, or fewer entries).
+    -- At the draw: the entries, the hash of their list, and how many won (the
+    -- sale's stock at the draw, or fewer entries).
+    entries    INT,
+    list_hash  TEXT,
     winners    INT
 );
 
 CREATE TABLE raffle_entries (
     voucher_id BIGINT NOT NULL REFERENCES raffles (voucher_id),
     user_id    BIGINT NOT NULL,
-    -- The entry as the API shows it: hex SHA-256 of "seckill-raffle:<voucher>:<user>".
+    -- The entry as the API shows it: hex HMAC-SHA256 of "<voucher>:<user>" under
+    -- a key of the service's (a shopper sees their own; nobody can tell whose
+    -- the others are).
     entry      TEXT NOT NULL,
     entered_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-    -- NULL until the draw.
+    -- true for the winners (set by the draw); the others stay NULL: after the
+    -- draw, NULL means lost.
     won        BOOLEAN,
     PRIMARY KEY (voucher_id, user_id),
     UNIQUE (voucher_id, entry)
 );
+
+-- The winners of a raffle, in entry order, without walking every entry.
+CREATE INDEX raffle_entries_won_idx ON raffle_entries (voucher_id, entry) WHERE won;

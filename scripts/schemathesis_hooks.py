@@ -54,6 +54,25 @@ def _unique_key(case):
             headers[name] = f"st-{uuid.uuid4().hex}"
 
 
+def _raffle_draw(body):
+    """A raffle with valid times gets a draw a minute from now, before its end."""
+    if body.get("admission") != "raffle":
+        return
+    begin, end = _time(body.get("begin_at")), _time(body.get("end_at"))
+    if begin is None or end is None:
+        return
+    if body.get("draw_at") is not None and _time(body.get("draw_at")) is None:
+        return
+    now = datetime.now(timezone.utc)
+    draw = (now + timedelta(seconds=60)).replace(microsecond=0)
+    body["draw_at"] = draw.isoformat()
+    if end <= draw + timedelta(seconds=60):
+        later = draw + timedelta(days=1)
+        body["end_at"] = later.isoformat()
+        if begin >= later:
+            body["begin_at"] = now.replace(microsecond=0).isoformat()
+
+
 @schemathesis.hook
 def map_case(context, case):
     _unique_key(case)
@@ -62,22 +81,27 @@ def map_case(context, case):
         return case
     if not isinstance(body, dict):
         return case
+    _fix_window(body)
+    _raffle_draw(body)
+    return case
+
+
+def _fix_window(body):
     begin, end = _time(body.get("begin_at")), _time(body.get("end_at"))
     if begin is None or end is None or begin < end:
-        return case
+        return
     try:
         later = (begin + timedelta(seconds=1)).replace(microsecond=0) + timedelta(seconds=1)
         if _within_years(later):
             body["end_at"] = later.isoformat()
-            return case
+            return
     except OverflowError:
         pass
     try:
         earlier = (end - timedelta(seconds=2)).replace(microsecond=0)
         if _within_years(earlier):
             body["begin_at"] = earlier.isoformat()
-            return case
+            return
     except OverflowError:
         pass
     body["begin_at"], body["end_at"] = "2000-01-01T00:00:00Z", "2000-01-02T00:00:00Z"
-    return case

@@ -19,6 +19,7 @@ pub mod mode;
 pub mod pow;
 pub mod queue;
 pub mod raffle;
+pub mod rule;
 pub mod signing;
 pub mod token;
 

@@ -4,47 +4,30 @@
 //! secret; its SHA-256 (`commitment`) is public from then on, before any entry.
 //!
 //! **Entries.** Until `draw_at` (Postgres's clock) a shopper may enter once. The
-//! API shows an entry as `hex(SHA-256("seckill-raffle:<voucher id>:<user id>"))`
-//! ([`entry_of`]): a shopper can find their own, nobody else's id is shown.
-//! Entering holds the raffle's row in share mode while it checks the clock, and
-//! the draw holds it exclusively: no entry can land after the draw read them.
+//! API shows an entry as `hex(HMAC-SHA256(key, "<voucher id>:<user id>"))`
+//! ([`entry_of`], the key the service's own): a shopper finds their own in
+//! `raffle/me`, and nobody can tell whose the others are. Entering holds the
+//! raffle's row in share mode while it checks the clock, and the draw holds it
+//! exclusively: no entry can land after the draw read them.
 //!
 //! **The draw**, the first time anyone asks after `draw_at`: it reveals the
-//! seed; each entry's score is `hex(SHA-256(seed_hex + ":" + entry))`
-//! ([`score_of`]); the entries sorted by score (then by entry) win in that order,
-//! as many as the sale's stock ([`winners`]). Anyone can check that SHA-256 of
-//! the seed is the commitment and recompute the winners from the seed and the
-//! entry list. The draw is one transaction: a crash during it leaves no trace,
-//! and drawing again draws the same winners.
+//! seed and the hash of the final entry list ([`super::rule::list_hash`]); each entry's score
+//! is `hex(SHA-256(seed_hex + ":" + list_hash + ":" + entry))` ([`super::rule::score_of`]);
+//! the entries sorted by score (then by entry) win in that order, as many as the
+//! sale's stock ([`winners`]). The list's hash in every score means that even
+//! whoever knew the seed early could not tell whether an entry wins before the
+//! list is closed. Anyone can check that SHA-256 of the seed is the commitment and
+//! recompute the winners from the seed and the published entries. The draw is
+//! one transaction, with no statement timeout (a large raffle must not be cut
+//! short and retried forever): a crash during it leaves no trace, and drawing
+//! again draws the same winners.
+use super::rule::{entry_of, winners, RULE};
 use super::signing::sha256_hex;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 use utoipa::ToSchema;
-
-/// The rule, as the API publishes it.
-pub const RULE: &str = "entry = hex(sha256(\"seckill-raffle:\" + voucher_id + \":\" + user_id)); \
-    check hex(sha256(bytes(seed))) == commitment; score = hex(sha256(seed + \":\" + entry)) with seed in \
-    lower-case hex; sort the entries by (score, entry) ascending; the first `winners` entries win, where \
-    winners = min(stock, entries)";
-
-/// An entry as the API shows it.
-pub fn entry_of(voucher: i64, user: i64) -> String {
-    sha256_hex(format!("seckill-raffle:{voucher}:{user}").as_bytes())
-}
-
-/// An entry's score under a seed (lower-case hex).
-pub fn score_of(seed_hex: &str, entry: &str) -> String {
-    sha256_hex(format!("{seed_hex}:{entry}").as_bytes())
-}
-
-/// The winning entries among `entries`, best first: the first `k` by (score, entry).
-pub fn winners(seed_hex: &str, entries: &[String], k: usize) -> Vec<String> {
-    let mut scored: Vec<(String, &String)> = entries.iter().map(|e| (score_of(seed_hex, e), e)).collect();
-    scored.sort();
-    scored.into_iter().take(k).map(|(_, e)| e.clone()).collect()
-}
 
 /// Creates the raffle of a new sale (in its transaction): its secret seed and the
 /// commitment to it.
@@ -71,9 +54,9 @@ pub enum Entered {
     Closed,
 }
 
-/// Enters `user` in `voucher`'s raffle.
-pub async fn enter(pg: &PgPool, voucher: i64, user: i64) -> Result<Entered> {
-    let entry = entry_of(voucher, user);
+/// Enters `user` in `voucher`'s raffle (`key`: the service's raffle key).
+pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64) -> Result<Entered> {
+    let entry = entry_of(key, voucher, user);
     let mut tx = pg.begin().await?;
     let open: bool = sqlx::query_scalar(
         "SELECT r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
@@ -94,13 +77,22 @@ pub async fn enter(pg: &PgPool, voucher: i64, user: i64) -> Result<Entered> {
         (Some(e), _) => Entered::Already(e),
         (None, false) => Entered::Closed,
         (None, true) => {
-            sqlx::query("INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)")
-                .bind(voucher)
-                .bind(user)
-                .bind(&entry)
-                .execute(&mut *tx)
-                .await?;
-            Entered::New(entry)
+            // The same shopper entering twice at once: one insert, one answer of the entry.
+            let made = sqlx::query(
+                "INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)
+                 ON CONFLICT (voucher_id, user_id) DO NOTHING",
+            )
+            .bind(voucher)
+            .bind(user)
+            .bind(&entry)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if made == 1 {
+                Entered::New(entry)
+            } else {
+                Entered::Already(entry)
+            }
         }
     };
     tx.commit().await?;
@@ -117,6 +109,8 @@ pub struct Summary {
     pub seed: Option<String>,
     pub drawn_at: Option<DateTime<Utc>>,
     pub entries: i64,
+    /// The hash of the entry list the draw closed (null before the draw).
+    pub list_hash: Option<String>,
     /// How many won (null before the draw).
     pub winners: Option<i32>,
     /// How to recompute the winners.
@@ -128,7 +122,9 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
     draw(pg, voucher).await?;
     let r = sqlx::query(
         "SELECT r.commitment, s.draw_at, CASE WHEN r.drawn_at IS NOT NULL THEN r.seed END AS seed, r.drawn_at,
-                r.winners, (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id) AS entries
+                r.winners, r.list_hash,
+                coalesce(r.entries::bigint,
+                         (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id)) AS entries
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
     )
     .bind(voucher)
@@ -141,6 +137,7 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
         seed: r.try_get::<Option<Vec<u8>>, _>("seed")?.map(hex::encode),
         drawn_at: r.try_get("drawn_at")?,
         entries: r.try_get("entries")?,
+        list_hash: r.try_get("list_hash")?,
         winners: r.try_get("winners")?,
         rule: RULE,
     })
@@ -164,6 +161,7 @@ pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
         Some((false, true)) => {}
     }
     let mut tx = pg.begin().await?;
+    sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
     let r = sqlx::query(
         "SELECT r.seed, r.drawn_at, s.total_stock, clock_timestamp() >= s.draw_at AS due
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
@@ -184,21 +182,28 @@ pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
         .bind(voucher)
         .fetch_all(&mut *tx)
         .await?;
-    let won = winners(&seed_hex, &entries, stock.max(0) as usize);
-    sqlx::query("UPDATE raffle_entries SET won = (entry = ANY($2)) WHERE voucher_id = $1")
+    let count = entries.len();
+    // Hashing and sorting a large list is CPU work: off the async workers.
+    let (won, list) = tokio::task::spawn_blocking(move || winners(&seed_hex, &entries, stock.max(0) as usize)).await?;
+    sqlx::query("UPDATE raffle_entries SET won = true WHERE voucher_id = $1 AND entry = ANY($2)")
         .bind(voucher)
         .bind(&won)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE raffles SET drawn_at = clock_timestamp(), winners = $2 WHERE voucher_id = $1")
-        .bind(voucher)
-        .bind(won.len() as i32)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "UPDATE raffles SET drawn_at = clock_timestamp(), winners = $2, entries = $3, list_hash = $4
+          WHERE voucher_id = $1",
+    )
+    .bind(voucher)
+    .bind(won.len() as i32)
+    .bind(count as i32)
+    .bind(&list)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     tracing::info!(
         voucher_id = voucher,
-        entries = entries.len(),
+        entries = count,
         winners = won.len(),
         "raffle drawn"
     );
@@ -208,13 +213,15 @@ pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
 /// A shopper's entry: (entry, won: None before the draw).
 pub async fn mine(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<(String, Option<bool>)>> {
     draw(pg, voucher).await?;
-    Ok(
-        sqlx::query_as("SELECT entry, won FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
-            .bind(voucher)
-            .bind(user)
-            .fetch_optional(pg)
-            .await?,
+    Ok(sqlx::query_as(
+        "SELECT e.entry, CASE WHEN r.drawn_at IS NULL THEN NULL ELSE coalesce(e.won, false) END AS won
+               FROM raffle_entries e JOIN raffles r ON r.voucher_id = e.voucher_id
+              WHERE e.voucher_id = $1 AND e.user_id = $2",
     )
+    .bind(voucher)
+    .bind(user)
+    .fetch_optional(pg)
+    .await?)
 }
 
 /// One entry of the published list.
@@ -235,9 +242,10 @@ pub async fn entries(
     won_only: bool,
 ) -> Result<Vec<PublicEntry>> {
     Ok(sqlx::query_as(
-        "SELECT entry, won FROM raffle_entries
-          WHERE voucher_id = $1 AND ($2::text IS NULL OR entry > $2) AND (NOT $3 OR won)
-          ORDER BY entry LIMIT $4",
+        "SELECT e.entry, CASE WHEN r.drawn_at IS NULL THEN NULL ELSE coalesce(e.won, false) END AS won
+           FROM raffle_entries e JOIN raffles r ON r.voucher_id = e.voucher_id
+          WHERE e.voucher_id = $1 AND ($2::text IS NULL OR e.entry > $2) AND (NOT $3 OR e.won)
+          ORDER BY e.entry LIMIT $4",
     )
     .bind(voucher)
     .bind(after)
@@ -265,26 +273,4 @@ pub async fn winners_of(pg: &PgPool, voucher: i64, limit: i64) -> Result<Vec<Win
     .bind(limit)
     .fetch_all(pg)
     .await?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_winners_follow_from_the_seed_and_the_entries_alone() {
-        let entries: Vec<String> = (1..=50).map(|u| entry_of(9, u)).collect();
-        let seed = "00".repeat(32);
-        let w = winners(&seed, &entries, 5);
-        assert_eq!(w.len(), 5);
-        // Order of the list does not matter.
-        let mut reversed = entries.clone();
-        reversed.reverse();
-        assert_eq!(winners(&seed, &reversed, 5), w);
-        // Another seed, other winners.
-        assert_ne!(winners(&"01".repeat(32), &entries, 5), w);
-        // More places than entries: everyone wins.
-        assert_eq!(winners(&seed, &entries, 100).len(), 50);
-        assert_eq!(entry_of(9, 1), sha256_hex(b"seckill-raffle:9:1"));
-    }
 }

@@ -1,7 +1,8 @@
 //! [`Signer`]: the keys of fair admission, each derived from the JWT secret for
 //! one purpose (HMAC-SHA256 of the secret and a label), so that a shopper's
-//! token is never an admission token, a queue ticket never either, and a proof
-//! of work's signature signs nothing else.
+//! token is never an admission token, a queue ticket never either, a proof of
+//! work's signature signs nothing else, and raffle entries name shoppers under a
+//! key of their own.
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
@@ -12,6 +13,8 @@ pub struct Signer {
     pub(super) admission: [u8; 32],
     pub(super) ticket: [u8; 32],
     pub(super) altcha: [u8; 32],
+    /// Names raffle entries (see [`super::raffle::entry_of`]).
+    pub raffle: [u8; 32],
 }
 
 impl Signer {
@@ -20,6 +23,7 @@ impl Signer {
             admission: mac(jwt_secret.as_bytes(), b"seckill admission token v1"),
             ticket: mac(jwt_secret.as_bytes(), b"seckill queue ticket v1"),
             altcha: mac(jwt_secret.as_bytes(), b"seckill altcha v1"),
+            raffle: mac(jwt_secret.as_bytes(), b"seckill raffle entry v1"),
         }
     }
 }
@@ -56,6 +60,7 @@ mod tests {
         let s = Signer::new("a secret of at least thirty-two bytes!!");
         assert_ne!(s.admission, s.ticket);
         assert_ne!(s.ticket, s.altcha);
+        assert_ne!(s.altcha, s.raffle);
         assert_ne!(
             Signer::new("another secret of thirty-two bytes!!!").admission,
             s.admission

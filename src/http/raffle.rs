@@ -21,10 +21,14 @@ const WINNER_TOKEN_SECS: i64 = 300;
 const MAX_PAGE: i64 = 1000;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/vouchers/{id}/raffle", web::get().to(summary))
-        .route("/vouchers/{id}/raffle/entries", web::post().to(enter))
-        .route("/vouchers/{id}/raffle/entries", web::get().to(entries))
-        .route("/vouchers/{id}/raffle/me", web::get().to(me));
+    cfg.route("/vouchers/{id}/raffle", web::get().to(raffle_summary))
+        .route("/vouchers/{id}/raffle/entries", web::post().to(enter_raffle))
+        .route("/vouchers/{id}/raffle/entries", web::get().to(raffle_entries))
+        .route("/vouchers/{id}/raffle/me", web::get().to(raffle_me));
+}
+
+fn closed() -> ApiError {
+    ApiError::conflict("raffle_closed", "entries closed at draw_at")
 }
 
 fn not_a_raffle() -> ApiError {
@@ -70,7 +74,7 @@ pub struct MyEntry {
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle, raffle_closed (past draw_at)"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
-pub async fn enter(
+pub async fn enter_raffle(
     req: HttpRequest,
     state: web::Data<AppState>,
     Shopper(caller): Shopper,
@@ -80,12 +84,15 @@ pub async fn enter(
     let flash = raffle_sale(&state, id).await?;
     let had = raffle::mine(&state.pg, id, caller.user_id).await?;
     if had.is_none() {
+        if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
+            return Err(closed());
+        }
         proof_of_work(&req, &state, id, caller.user_id, &flash)?;
     }
-    let code = match raffle::enter(&state.pg, id, caller.user_id).await? {
+    let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id).await? {
         Entered::New(_) => StatusCode::CREATED,
         Entered::Already(_) => StatusCode::OK,
-        Entered::Closed => return Err(ApiError::conflict("raffle_closed", "entries closed at draw_at")),
+        Entered::Closed => return Err(closed()),
     };
     Ok(HttpResponse::build(code).json(mine(&state, id, caller.user_id, &flash).await?))
 }
@@ -130,7 +137,7 @@ async fn mine(
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
-pub async fn me(
+pub async fn raffle_me(
     state: web::Data<AppState>,
     Shopper(caller): Shopper,
     path: web::Path<String>,
@@ -148,7 +155,10 @@ pub async fn me(
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
-pub async fn summary(state: web::Data<AppState>, path: web::Path<String>) -> Result<web::Json<Summary>, ApiError> {
+pub async fn raffle_summary(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<web::Json<Summary>, ApiError> {
     let id = path_id(&path)?;
     raffle_sale(&state, id).await?;
     Ok(web::Json(raffle::summary(&state.pg, id).await?))
@@ -180,7 +190,7 @@ pub struct EntryPage {
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
-pub async fn entries(
+pub async fn raffle_entries(
     state: web::Data<AppState>,
     path: web::Path<String>,
     q: web::Query<EntriesQuery>,

@@ -106,7 +106,8 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "draw_at": {"type": ["string", "null"], "format": "date-time",
                                             "pattern": validate::TIME_YEAR_PATTERN,
                                             "description": "a raffle's draw, when its entries close (default \
-                                                            `begin_at`); ignored for the other modes"},
+                                                            `begin_at`): for a raffle, in the future and \
+                                                            before `end_at`; ignored for the other modes"},
                                 "pow_difficulty": {"type": ["integer", "null"], "format": "int32", "minimum": 0,
                                                    "maximum": MAX_DIFFICULTY,
                                                    "description": "joining the queue or entering the raffle needs \
@@ -193,6 +194,20 @@ impl NewVoucher {
                 }
                 let admission = admission.unwrap_or_default();
                 let queue = admission == Mode::Queue;
+                if admission == Mode::Raffle {
+                    // A draw in the past would close the entries at once; one at or
+                    // after the end would leave the winners no time to order.
+                    let draw = draw_at.unwrap_or(begin_at);
+                    if draw <= chrono::Utc::now() {
+                        return Err(ValidationError::new(
+                            "draw_at",
+                            "must be in the future (it defaults to begin_at)",
+                        ));
+                    }
+                    if draw >= end_at {
+                        return Err(ValidationError::new("draw_at", "must be before end_at"));
+                    }
+                }
                 Some(FlashSale {
                     stock: stock as i32,
                     begin_at,

@@ -10,6 +10,8 @@
 //!   refused; one place per shopper however often it asks.
 //! - `raffle.rs`: the winners recomputed by the test from the published seed
 //!   and entries; winners order, others are told.
+//! - `entries.rs`: one entry for a shopper entering twice at once; a draw
+//!   in the future and before the end.
 //! - `crash.rs`: kill -9 during the joins, during the seal and during the draw:
 //!   no place and no win lost.
 use crate::helpers::*;
@@ -18,6 +20,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 mod crash;
+mod entries;
 mod pow;
 mod queue;
 mod raffle;
@@ -55,7 +58,7 @@ pub async fn create_sale(
     body["id"].as_str().unwrap().parse().unwrap()
 }
 
-/// One request with a bearer token and extra headers.
+/// One request with a bearer token and extra headers, on a client of its own.
 pub async fn call(
     base: &str,
     method: reqwest::Method,
@@ -68,6 +71,19 @@ pub async fn call(
         .pool_idle_timeout(std::time::Duration::from_secs(2))
         .build()
         .unwrap();
+    call_with(&client, base, method, path, token, headers, body).await
+}
+
+/// The same on `client` (its pooled connections).
+pub async fn call_with(
+    client: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut req = client.request(method, format!("{base}{path}")).bearer_auth(token);
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -81,7 +97,8 @@ pub async fn call(
 }
 
 pub async fn join(app: &TestApp, voucher: i64, user: i64, headers: &[(&str, &str)]) -> (StatusCode, Value) {
-    call(
+    call_with(
+        &app.client,
         &app.addr,
         reqwest::Method::POST,
         &format!("/api/v1/vouchers/{voucher}/queue"),
@@ -94,7 +111,8 @@ pub async fn join(app: &TestApp, voucher: i64, user: i64, headers: &[(&str, &str
 
 pub async fn poll(app: &TestApp, voucher: i64, user: i64, ticket: Option<&str>) -> (StatusCode, Value) {
     let headers: Vec<(&str, &str)> = ticket.map(|t| vec![("X-Queue-Ticket", t)]).unwrap_or_default();
-    call(
+    call_with(
+        &app.client,
         &app.addr,
         reqwest::Method::GET,
         &format!("/api/v1/vouchers/{voucher}/queue/me"),
@@ -107,7 +125,8 @@ pub async fn poll(app: &TestApp, voucher: i64, user: i64, ticket: Option<&str>) 
 
 pub async fn order_with(app: &TestApp, voucher: i64, user: i64, token: Option<&str>) -> (StatusCode, Value) {
     let headers: Vec<(&str, &str)> = token.map(|t| vec![("X-Admission-Token", t)]).unwrap_or_default();
-    call(
+    call_with(
+        &app.client,
         &app.addr,
         reqwest::Method::POST,
         &format!("/api/v1/vouchers/{voucher}/orders"),

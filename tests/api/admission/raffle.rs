@@ -3,11 +3,25 @@
 //! finds the service's; winners order, everyone else is told they lost.
 use super::*;
 use futures::stream::{self, StreamExt};
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 fn sha(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
+}
+
+fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
+    m.update(data);
+    m.finalize().into_bytes().to_vec()
+}
+
+/// Shopper `user`'s entry in sale `v`, as the service names it under the key it
+/// derives from the JWT secret (the test's `SECRET`).
+pub fn entry(v: i64, user: i64) -> String {
+    let key = hmac(SECRET.as_bytes(), b"seckill raffle entry v1");
+    hex::encode(hmac(&key, format!("{v}:{user}").as_bytes()))
 }
 
 pub async fn raffle_me(base: &str, shopper: &str, v: i64) -> (StatusCode, Value) {
@@ -59,11 +73,20 @@ pub async fn published_entries(base: &str, v: i64) -> Vec<(String, Option<bool>)
     }
 }
 
-/// The winners by the published rule, computed here.
+/// SHA-256 of the entries in ascending order, each followed by a line feed.
+pub fn list_hash(entries: &[String]) -> String {
+    let mut sorted = entries.to_vec();
+    sorted.sort();
+    sha(sorted.iter().map(|e| format!("{e}\n")).collect::<String>().as_bytes())
+}
+
+/// The winners by the published rule, computed here: the list's hash, then each
+/// entry's score under the seed and the list.
 pub fn recompute(seed_hex: &str, entries: &[String], stock: usize) -> Vec<String> {
+    let list = list_hash(entries);
     let mut scored: Vec<(String, String)> = entries
         .iter()
-        .map(|e| (sha(format!("{seed_hex}:{e}").as_bytes()), e.clone()))
+        .map(|e| (sha(format!("{seed_hex}:{list}:{e}").as_bytes()), e.clone()))
         .collect();
     scored.sort();
     let mut won: Vec<String> = scored.into_iter().take(stock).map(|(_, e)| e).collect();
@@ -76,7 +99,7 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let (stock, shoppers) = (7_usize, 60_i64);
-    let draw_at = Utc::now() + chrono::Duration::seconds(4);
+    let draw_at = Utc::now() + chrono::Duration::seconds(15);
     let v = sale_with(
         &app,
         stock as i64,
@@ -97,11 +120,7 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
             async move {
                 let (status, body) = enter(&app.addr, &app.shopper(user), v).await;
                 assert_eq!(status, StatusCode::CREATED, "{body}");
-                assert_eq!(
-                    body["entry"],
-                    sha(format!("seckill-raffle:{v}:{user}").as_bytes()),
-                    "{body}"
-                );
+                assert_eq!(body["entry"], entry(v, user), "{body}");
             }
         })
         .await;
@@ -150,13 +169,19 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
         "the published winners are the ones the rule gives"
     );
     assert_eq!(after["winners"], stock);
+    assert_eq!(after["entries"], shoppers);
+    assert_eq!(
+        after["list_hash"],
+        list_hash(&listed).as_str(),
+        "the list the draw closed is the published one"
+    );
 
     // Each shopper is told; winners order with their token, losers cannot.
     let mut orders = 0;
     for user in 1..=shoppers {
         let (status, me) = raffle_me(&app.addr, &app.shopper(user), v).await;
         assert_eq!(status, StatusCode::OK, "{me}");
-        let won = mine.contains(&sha(format!("seckill-raffle:{v}:{user}").as_bytes()));
+        let won = mine.contains(&entry(v, user));
         assert_eq!(me["won"].as_bool(), Some(won), "{me}");
         let token = me["admission_token"].as_str();
         assert_eq!(token.is_some(), won, "{me}");

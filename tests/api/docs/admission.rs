@@ -22,7 +22,7 @@ async fn admission_responses_match_the_document() {
         json!({"admission": "queue", "pow_difficulty": 10}),
     )
     .await;
-    let draw_at = now + chrono::Duration::seconds(2);
+    let draw_at = now + chrono::Duration::seconds(10);
     let raffle = create_sale(
         &app.addr,
         &admin,

@@ -1,0 +1,84 @@
+//! A raffle's edges: `the_same_shopper_entering_twice_at_once_gets_one_entry`,
+//! `a_raffle_draws_in_the_future_and_before_its_end`.
+use super::raffle::{enter, entry};
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_shopper_entering_twice_at_once_gets_one_entry() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let draw_at = Utc::now() + chrono::Duration::minutes(10);
+    let v = sale_with(
+        &app,
+        3,
+        draw_at,
+        draw_at + chrono::Duration::hours(1),
+        json!({"admission": "raffle"}),
+    )
+    .await;
+    for user in 1..=20_i64 {
+        let shopper = app.shopper(user);
+        let answers = futures::future::join_all((0..4).map(|_| enter(&app.addr, &shopper, v))).await;
+        let mut statuses: Vec<u16> = answers.iter().map(|(s, _)| s.as_u16()).collect();
+        statuses.sort();
+        assert_eq!(statuses, vec![200, 200, 200, 201], "shopper {user}: {answers:?}");
+        assert!(answers.iter().all(|(_, b)| b["entry"] == entry(v, user)), "{answers:?}");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM raffle_entries WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(n, 20);
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raffle_draws_in_the_future_and_before_its_end() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let hour = chrono::Duration::hours(1);
+    let create = |begin: DateTime<Utc>, end: DateTime<Utc>, extra: Value| {
+        let app = &app;
+        async move {
+            let mut body = json!({"shop_id": "7", "title": "fair", "pay_value": 100, "actual_value": 1000,
+                                  "stock": 3, "admission": "raffle",
+                                  "begin_at": begin.to_rfc3339(), "end_at": end.to_rfc3339()});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            app.post("/api/v1/admin/vouchers", Some(&app.admin()), body).await
+        }
+    };
+    // A draw in the past (given, or by default the sale's begin_at).
+    for (begin, extra) in [
+        (now + hour, json!({"draw_at": (now - hour).to_rfc3339()})),
+        (now - hour, json!({})),
+    ] {
+        let (status, body) = create(begin, now + hour * 2, extra).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().starts_with("draw_at"),
+            "{body}"
+        );
+    }
+    // At or after the end.
+    let (status, body) = create(
+        now + hour,
+        now + hour * 2,
+        json!({"draw_at": (now + hour * 2).to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // Before the start is fine (entries close, winners order once the sale opens).
+    let (status, body) = create(
+        now + hour,
+        now + hour * 2,
+        json!({"draw_at": (now + hour / 2).to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["admission"], "raffle");
+    app.shutdown().await;
+}
