@@ -21,6 +21,11 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 use utoipa::ToSchema;
 
+/// How long after a turn's end its unit still counts as the turn's: the
+/// admission token is valid to the second before the end by its instance's clock
+/// (`SECKILL_MAX_CLOCK_SKEW_MS` bounds how far that is from Postgres's).
+pub const TURN_MARGIN_SECS: i64 = 2;
+
 /// The queue's state after an advance.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, ToSchema)]
 pub struct Frontier {
@@ -49,23 +54,29 @@ pub async fn advance(
     units_left: i64,
     turn_secs: i64,
 ) -> Result<Frontier> {
-    let mut tx = pg.begin().await?;
-    let mut q = lock(&mut tx, voucher).await?;
-    if q.now < begin_at {
-        let length: i64 = sqlx::query_scalar("SELECT count(*) FROM queue_places WHERE voucher_id = $1")
-            .bind(voucher)
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
+    // Before the start: nothing to move, and no lock (the early joins hold the row
+    // in share mode).
+    let before: Option<(bool, i32, i64)> = sqlx::query_as(
+        "SELECT clock_timestamp() < $2, q.admit_rate,
+                (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
+           FROM admission_queues q WHERE q.voucher_id = $1",
+    )
+    .bind(voucher)
+    .bind(begin_at)
+    .fetch_optional(pg)
+    .await?;
+    if let Some((true, admit_rate, length)) = before {
         return Ok(Frontier {
             admitted: 0,
             places: 0,
             length,
-            admit_rate: q.admit_rate,
+            admit_rate,
             sealed: false,
             held: false,
         });
     }
+    let mut tx = pg.begin().await?;
+    let mut q = lock(&mut tx, voucher).await?;
     if !q.sealed {
         q.next_place = seal(&mut tx, voucher, begin_at).await?;
         q.sealed = true;
@@ -129,14 +140,16 @@ async fn room(
     units_left: i64,
     turn_secs: i64,
 ) -> Result<i64> {
-    // Places whose turn has ended: those the frontier had passed a turn ago.
+    // Places whose turn has ended: those the frontier had passed a turn ago (and
+    // a margin more: a token is good to the second it names, and the instance that
+    // checks it has a clock of its own).
     let ended: i64 = sqlx::query_scalar(
         "SELECT coalesce(max(upto), 0) FROM queue_admits
           WHERE voucher_id = $1 AND at <= $2 - make_interval(secs => $3)",
     )
     .bind(voucher)
     .bind(now)
-    .bind(turn_secs as f64)
+    .bind((turn_secs + TURN_MARGIN_SECS) as f64)
     .fetch_one(&mut *tx)
     .await?;
     let open = admitted - ended;
@@ -190,7 +203,7 @@ pub struct Admitted {
     #[schema(schema_with = crate::id::schema)]
     pub user_id: i64,
     /// When the frontier passed the place.
-    pub admitted_at: DateTime<Utc>,
+    pub admitted_at: Option<DateTime<Utc>>,
 }
 
 /// The last `limit` shoppers admitted, latest first.
@@ -211,7 +224,7 @@ pub async fn recent_admitted(pg: &PgPool, voucher: i64, admitted: i64, limit: i6
             Ok(Admitted {
                 place: r.try_get("place")?,
                 user_id: r.try_get("user_id")?,
-                admitted_at: r.try_get::<Option<DateTime<Utc>>, _>("at")?.unwrap_or_default(),
+                admitted_at: r.try_get("at")?,
             })
         })
         .collect()

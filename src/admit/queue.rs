@@ -49,35 +49,47 @@ pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>)
             return Ok(Joined { place, new: false });
         }
     }
-    // Early: under the share lock, while unsealed and before the start.
-    let mut tx = pg.begin().await?;
-    let row = sqlx::query(
-        "SELECT sealed, clock_timestamp() < $2 AS early FROM admission_queues WHERE voucher_id = $1 FOR SHARE",
-    )
-    .bind(voucher)
-    .bind(begin_at)
-    .fetch_optional(&mut *tx)
-    .await?
-    .context("a queue sale without its queue row")?;
-    if !row.get::<bool, _>("sealed") && row.get::<bool, _>("early") {
-        let draw = rand::random::<i64>() & i64::MAX;
-        let made = sqlx::query(
-            "INSERT INTO queue_places (voucher_id, user_id, draw) VALUES ($1, $2, $3)
-             ON CONFLICT (voucher_id, user_id) DO NOTHING",
-        )
+    // Early, by a look without a lock: then again under the share lock, while
+    // unsealed and before the start. A late join takes no share lock (a stream of
+    // them would keep the seal and the advances, which wait for it, waiting).
+    let early = |row: &sqlx::postgres::PgRow| !row.get::<bool, _>("sealed") && row.get::<bool, _>("early");
+    const LOOK: &str = "SELECT sealed, clock_timestamp() < $2 AS early FROM admission_queues WHERE voucher_id = $1";
+    let look = sqlx::query(LOOK)
         .bind(voucher)
-        .bind(user)
-        .bind(draw)
-        .execute(&mut *tx)
+        .bind(begin_at)
+        .fetch_optional(pg)
         .await?
-        .rows_affected();
-        tx.commit().await?;
-        return Ok(Joined {
-            place: None,
-            new: made == 1,
-        });
+        .context("a queue sale without its queue row")?;
+    if early(&look) {
+        let mut tx = pg.begin().await?;
+        let row = sqlx::query(&format!("{LOOK} FOR SHARE"))
+            .bind(voucher)
+            .bind(begin_at)
+            .fetch_optional(&mut *tx)
+            .await?
+            .context("a queue sale without its queue row")?;
+        if early(&row) {
+            let draw = rand::random::<i64>() & i64::MAX;
+            let made = sqlx::query(
+                "INSERT INTO queue_places (voucher_id, user_id, draw) VALUES ($1, $2, $3)
+                 ON CONFLICT (voucher_id, user_id) DO NOTHING",
+            )
+            .bind(voucher)
+            .bind(user)
+            .bind(draw)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            tx.commit().await?;
+            return Ok(Joined {
+                place: None,
+                new: made == 1,
+            });
+        }
+        // Late after all: let the share lock go before asking for the exclusive
+        // one (two joiners upgrading at once would deadlock).
+        tx.rollback().await?;
     }
-    tx.rollback().await?;
     // Late: exclusively, sealing first if nobody has.
     let mut tx = pg.begin().await?;
     let q = lock(&mut tx, voucher).await?;
@@ -158,6 +170,9 @@ pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> 
 /// Numbers the early arrivals by their draws (the queue's row locked, the sale
 /// begun). The frontier's clock starts at `begin_at`.
 pub(super) async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
+    // One statement over every early arrival: a large crowd must not be cut short
+    // by the statement timeout and retried forever.
+    sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
     let early = sqlx::query(
         "UPDATE queue_places q SET place = r.rn
            FROM (SELECT user_id, row_number() OVER (ORDER BY draw, user_id) AS rn

@@ -93,6 +93,21 @@ pub fn spawn_all(
             cache::watch_pauses(state.cache.clone(), state.background_pg.clone(), stop.clone()),
         );
     }
+    if mode.serves_http() {
+        // Every running queue moves at its rate whether or not anyone polls this
+        // instance (the advance counts from the last move, whoever made it).
+        let (state, stop) = (state.clone(), stop.clone());
+        tasks.spawn("queue frontiers", async move {
+            let mut every = tokio::time::interval(crate::admit::frontier::REFRESH);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = every.tick() => crate::http::waiting::advance_running_queues(&state).await,
+                }
+            }
+        });
+    }
     {
         let (admission, stop) = (state.admission.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {

@@ -18,8 +18,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/vouchers/{id}/queue", web::post().to(join))
-        .route("/vouchers/{id}/queue/me", web::get().to(me));
+    cfg.route("/vouchers/{id}/queue", web::post().to(join_queue))
+        .route("/vouchers/{id}/queue/me", web::get().to(queue_me));
 }
 
 /// The header of a queue ticket.
@@ -75,6 +75,23 @@ pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &Fla
         .await?)
 }
 
+/// Advances every queue sale running now (begun, not ended) that this
+/// instance knows, as far as its rate allows; what fails is tried on the next tick.
+pub async fn advance_running_queues(state: &AppState) {
+    let now = Utc::now();
+    for entry in state.cache.flash_sales() {
+        let Some(flash) = entry.voucher.flash.as_ref() else {
+            continue;
+        };
+        if flash.admission != Mode::Queue || now < flash.begin_at || now >= flash.end_at {
+            continue;
+        }
+        if let Err(e) = frontier_of(state, &entry.voucher, flash).await {
+            tracing::debug!(voucher_id = entry.voucher.id, error = ?e, "queue not advanced this tick");
+        }
+    }
+}
+
 async fn status(
     state: &AppState,
     voucher: &Voucher,
@@ -128,12 +145,10 @@ async fn status(
         return Ok(s);
     }
     s.state = "admitted".into();
-    s.admission_token = Some(
-        state
-            .admit
-            .signer
-            .admission_token(user, voucher.id, ends.timestamp().max(0) as u64),
-    );
+    // Valid to the second before the turn ends (a token is good through the second
+    // its `exp` names).
+    let exp = (ends.timestamp() - 1).max(0) as u64;
+    s.admission_token = Some(state.admit.signer.admission_token(user, voucher.id, exp));
     Ok(s)
 }
 
@@ -149,7 +164,7 @@ async fn status(
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue, sale_ended"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
-pub async fn join(
+pub async fn join_queue(
     req: HttpRequest,
     state: web::Data<AppState>,
     Shopper(caller): Shopper,
@@ -190,7 +205,7 @@ pub async fn join(
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path, user_id = caller.user_id))]
-pub async fn me(
+pub async fn queue_me(
     req: HttpRequest,
     state: web::Data<AppState>,
     Shopper(caller): Shopper,
