@@ -3,7 +3,9 @@
 //! already solve.
 //!
 //! The challenge is stateless: `salt` carries the sale, the shopper, the
-//! difficulty (`maxnumber`) and an expiry as URL parameters; `challenge` is
+//! difficulty (`maxnumber`) and an expiry as URL parameters, and ends with `&`
+//! (so that digits moved from `number` to the end of `salt`, which leave the
+//! hash as it was, cannot stretch the last parameter); `challenge` is
 //! `hex(SHA-256(salt + number))` for a secret random `number` in
 //! `0..=maxnumber`; `signature` is `hex(HMAC-SHA256(key, challenge))`. The
 //! client finds `number` by trying them and sends back the payload (base64 of
@@ -33,7 +35,7 @@ pub struct Challenge {
     pub challenge: String,
     /// The difficulty: `number` is in `0..=maxnumber`.
     pub maxnumber: i64,
-    /// Random, then `?sale=…&user=…&max=…&expires=…` (unix seconds).
+    /// Random, then `?sale=…&user=…&max=…&expires=…&` (unix seconds).
     pub salt: String,
     /// `hex(HMAC-SHA256(challenge))` under the service's key.
     pub signature: String,
@@ -64,7 +66,7 @@ impl Signer {
         let difficulty = difficulty.clamp(1, MAX_DIFFICULTY);
         let number = rng.random_range(0..=difficulty as u64);
         let salt = format!(
-            "{}?sale={sale}&user={user}&max={difficulty}&expires={}",
+            "{}?sale={sale}&user={user}&max={difficulty}&expires={}&",
             hex::encode(nonce),
             now + CHALLENGE_TTL_SECS
         );
@@ -167,6 +169,39 @@ mod tests {
         let wrong = payload(&c, if n == 0 { 1 } else { n - 1 });
         assert!(s.check_solution(&wrong, 5, 9, 500, 1_000).is_err());
         assert!(s.check_solution("", 5, 9, 500, 1_000).is_err());
+    }
+
+    #[test]
+    fn digits_moved_from_the_number_to_the_salt_do_not_stretch_the_expiry() {
+        let s = signer();
+        // A challenge whose number has two digits at least.
+        let (c, n) = (0..100)
+            .map(|_| s.challenge(5, 9, 500, 1_000))
+            .map(|c| {
+                let n = solve(&c).unwrap();
+                (c, n)
+            })
+            .find(|(_, n)| *n >= 10 && n.to_string().as_bytes()[1] != b'0')
+            .expect("a number of two digits");
+        // sha256(salt + number) is the same when leading digits of the number move
+        // onto the end of the salt; the salt's last parameter must not absorb them.
+        let text = n.to_string();
+        let (head, tail) = text.split_at(1);
+        let moved = Challenge {
+            salt: format!("{}{head}", c.salt),
+            ..c.clone()
+        };
+        let p = payload(&moved, tail.parse().unwrap());
+        assert_eq!(
+            s.check_solution(&p, 5, 9, 500, 1_000),
+            Ok(()),
+            "the moved digit still solves it"
+        );
+        let later = 1_000 + CHALLENGE_TTL_SECS + 1;
+        assert!(
+            s.check_solution(&p, 5, 9, 500, later).is_err(),
+            "expiry stretched by a moved digit"
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use utoipa::ToSchema;
 const LISTED: i64 = 50;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/admin/vouchers/{id}/admission", web::get().to(view))
-        .route("/admin/vouchers/{id}/admission", web::post().to(set_rate));
+    cfg.route("/admin/vouchers/{id}/admission", web::get().to(admission_view))
+        .route("/admin/vouchers/{id}/admission", web::post().to(set_admit_rate));
 }
 
 /// A validated `POST /api/v1/admin/vouchers/{id}/admission` body: a queue's
@@ -77,7 +77,7 @@ pub struct AdmissionView {
     pub raffle: Option<RaffleView>,
 }
 
-async fn admission_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiError> {
+async fn build_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiError> {
     let (voucher, flash) = sale(state, id).await?;
     let mut view = AdmissionView {
         admission: flash.admission,
@@ -113,13 +113,13 @@ async fn admission_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiE
         (status = 409, body = ErrorBody, description = "not_a_flash_sale"),
         RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
-pub async fn view(
+pub async fn admission_view(
     state: web::Data<AppState>,
     _admin: Admin,
     path: web::Path<String>,
 ) -> Result<web::Json<AdmissionView>, ApiError> {
     let id = path_id(&path)?;
-    Ok(web::Json(admission_view(&state, id).await?))
+    Ok(web::Json(build_view(&state, id).await?))
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/admission", tag = "admin", security(("bearer" = [])),
@@ -130,7 +130,7 @@ pub async fn view(
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue"),
         BodyRefused, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
-pub async fn set_rate(
+pub async fn set_admit_rate(
     state: web::Data<AppState>,
     _admin: Admin,
     path: web::Path<String>,
@@ -153,5 +153,5 @@ pub async fn set_rate(
     if let Some(v) = repo::get(&state.pg, id).await? {
         announce(&state, &v).await;
     }
-    Ok(web::Json(admission_view(&state, id).await?))
+    Ok(web::Json(build_view(&state, id).await?))
 }

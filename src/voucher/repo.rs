@@ -21,11 +21,13 @@ fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
             begin_at,
             end_at,
             stock_shards: shards.unwrap_or(1),
-            admission: row
-                .try_get::<Option<String>, _>("admission")?
-                .as_deref()
-                .and_then(Mode::parse)
-                .unwrap_or_default(),
+            // An admission this build does not know fails the read (closed), never
+            // first come.
+            admission: match row.try_get::<Option<String>, _>("admission")?.as_deref() {
+                None => Mode::FirstCome,
+                Some(name) => Mode::parse(name)
+                    .ok_or_else(|| sqlx::Error::Decode(format!("unknown admission {name:?}").into()))?,
+            },
             admit_rate: row.try_get("admit_rate")?,
             turn_secs: row.try_get("turn_secs")?,
             draw_at: row.try_get("draw_at")?,
