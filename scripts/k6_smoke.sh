@@ -54,3 +54,4 @@ run browse-and-order.js -e RATE=20 -e DURATION=10s -e STOCK=100000 -e VUS=20 -e 
   -e P99_MS=1000 -e PERSIST_MS=5000
 # ~12 s: 2 VUs, then 50 within 2 s, held 6 s.
 run spike.js -e STOCK=300 -e SPIKE_VUS=50 -e CALM=2s -e RISE=2s -e HOLD=6s -e P99_MS=1500
+run queue.js -e SHOPPERS=300 -e STOCK=60 -e RATE=40 -e BEGIN_IN=4 -e WAIT=15 -e P99_MS=1000

@@ -12,7 +12,7 @@ python3 scripts/import_cycles.py
 # The k6 scenarios load (`k6 inspect` runs their init code) before the long suite;
 # scripts/k6_smoke.sh runs them at the end.
 . scripts/lib/tools.sh
-for f in k6/flash-crowd.js k6/browse-and-order.js k6/spike.js; do k6 inspect "$f" >/dev/null; done
+for f in k6/flash-crowd.js k6/browse-and-order.js k6/spike.js k6/queue.js; do k6 inspect "$f" >/dev/null; done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Tests that start servers of their own (RabbitMQ, PostgreSQL) need root; they are
@@ -51,7 +51,7 @@ if [ "${#ignored[@]}" = 0 ]; then
 fi
 # The server from outside, each run against a server of its own: schemathesis
 # holds it to its OpenAPI document (about 2 min), and a short run of each k6
-# scenario holds it to the scenarios' thresholds (about 45 s). They take the
+# scenario holds it to the scenarios' thresholds (about 65 s). They take the
 # binary the tests just built: after a change, a `cargo build` here would compile
 # the crate once more, without the dev-dependencies' features (about a minute).
 scripts/schemathesis.sh target/debug/seckill
