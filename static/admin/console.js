@@ -169,8 +169,11 @@ async function poll() {
   const id = selected;
   try {
     const live = await api("GET", "/api/v1/admin/vouchers/" + id + "/live");
+    const gated = live.admission === "queue" || live.admission === "raffle";
+    const admission = gated ? await api("GET", "/api/v1/admin/vouchers/" + id + "/admission") : null;
     if (id === selected) {
       show(live);
+      showAdmission(admission);
       notice("");
     }
   } catch (e) {
@@ -229,6 +232,65 @@ function showShards(shards, relay) {
       return li;
     }),
   );
+}
+
+// A queue's or a raffle's state (GET .../admission), or null for a first-come sale.
+function showAdmission(a) {
+  $("admission").hidden = !a;
+  if (!a) return;
+  badge($("admission-mode"), a.admission);
+  $("admission-mode").textContent = a.admission;
+  $("pow").textContent = a.pow_difficulty > 0 ? "proof of work: maxnumber " + fmt(a.pow_difficulty) : "";
+  const q = a.queue;
+  $("queue-view").hidden = !q;
+  if (q) {
+    $("queue-length").textContent = fmt(q.length);
+    $("queue-admitted").textContent = fmt(q.admitted);
+    $("queue-rate").textContent = fmt(q.admit_rate);
+    $("queue-held").textContent = q.held ? "yes" : "no";
+    $("queue-turn").textContent = "(a turn lasts " + fmt(q.turn_secs) + " s)";
+    const input = $("rate-input");
+    if (document.activeElement !== input) input.placeholder = String(q.admit_rate);
+    $("admitted-list").replaceChildren(
+      ...q.recent_admitted.map((p) => {
+        const li = document.createElement("li");
+        li.textContent = "place " + fmt(p.place) + ": shopper " + p.user_id + (p.admitted_at ? " at " + when(p.admitted_at) : "");
+        return li;
+      }),
+    );
+  }
+  const r = a.raffle;
+  $("raffle-view").hidden = !r;
+  if (r) {
+    $("raffle-commitment").textContent = r.commitment;
+    $("raffle-draw-at").textContent = when(r.draw_at);
+    $("raffle-drawn-at").textContent = r.drawn_at ? when(r.drawn_at) : "not yet";
+    $("raffle-seed").textContent = r.seed || "secret until the draw";
+    $("raffle-list-hash").textContent = r.list_hash || "–";
+    $("raffle-entries").textContent = fmt(r.entries);
+    $("raffle-winners").textContent = r.winners === null ? "–" : fmt(r.winners);
+    $("winner-list").replaceChildren(
+      ...r.winners_listed.map((w) => {
+        const li = document.createElement("li");
+        li.textContent = "shopper " + w.user_id + ": " + w.entry.slice(0, 16) + "…";
+        return li;
+      }),
+    );
+  }
+}
+
+async function setRate(ev) {
+  ev.preventDefault();
+  const form = ev.target;
+  clearErrors(form);
+  const rate = form.elements.admit_rate.value.trim();
+  try {
+    await api("POST", "/api/v1/admin/vouchers/" + selected + "/admission", { admit_rate: rate === "" ? null : Number(rate) });
+    form.reset();
+    await poll();
+  } catch (e) {
+    showError(form, e, form.querySelector('.err[data-for="admit_rate"]'));
+  }
 }
 
 const CHECKS = {
@@ -344,6 +406,8 @@ async function create(ev) {
   const body = {};
   for (const el of form.elements) {
     if (!el.name || el.value.trim() === "") continue;
+    // First come is the default, and an ordinary voucher takes no admission.
+    if (el.name === "admission" && el.value === "first_come") continue;
     if (el.type === "number") body[el.name] = Number(el.value);
     else if (el.type === "datetime-local") body[el.name] = new Date(el.value).toISOString();
     else body[el.name] = el.value;
@@ -419,6 +483,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("pause").addEventListener("click", () => setPaused(true));
   $("resume").addEventListener("click", () => setPaused(false));
   $("topup-form").addEventListener("submit", topUp);
+  $("rate-form").addEventListener("submit", setRate);
   $("create-form").addEventListener("submit", create);
   $("refresh-list").addEventListener("click", () => loadList(false).catch((e) => notice(e.message)));
   $("more").addEventListener("click", () => loadList(true).catch((e) => notice(e.message)));

@@ -2,7 +2,8 @@
 //! and cache headers that cannot serve an old script, and, in headless Chromium
 //! (`tests/browser/console.mjs`), showing a running sale whose numbers move while
 //! orders come in. The browser test keeps a screenshot at `target/admin-console.png`
-//! (and `target/admin-console-narrow.png`, a 380 px window).
+//! (and `target/admin-console-narrow.png`, a 380 px window); another
+//! (`tests/browser/admission.mjs`) its admission panel over a queue and a raffle.
 use crate::helpers::*;
 use reqwest::{header, StatusCode};
 use std::io::BufRead;
@@ -140,4 +141,89 @@ async fn next_line(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Opt
     tokio::time::timeout(Duration::from_secs(45), rx.recv())
         .await
         .expect("the browser script said nothing for 45 s")
+}
+
+/// The admission panel (`tests/browser/admission.mjs`): a queue's frontier, its
+/// last admitted shoppers and the live rate form; a drawn raffle's commitment,
+/// seed and winners. Screenshots at `target/admin-admission.png` and
+/// `target/admin-admission-raffle.png`.
+#[tokio::test]
+async fn the_console_shows_a_queue_and_a_raffle() {
+    use crate::admission::{admitted, join, sale_with};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        Path::new("/usr/bin/chromium").exists(),
+        "the browser test needs /usr/bin/chromium: run scripts/services.sh (installs the Debian package chromium)"
+    );
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = chrono::Utc::now();
+    let hour = chrono::Duration::hours(1);
+    let queue = sale_with(
+        &app,
+        10,
+        now - chrono::Duration::seconds(1),
+        now + hour,
+        serde_json::json!({"admission": "queue", "admit_rate": 1000}),
+    )
+    .await;
+    for user in 1..=4 {
+        assert_eq!(join(&app, queue, user, &[]).await.0, StatusCode::CREATED);
+        admitted(&app, queue, user).await;
+    }
+    let draw_at = now + chrono::Duration::seconds(8);
+    let raffle = sale_with(
+        &app,
+        2,
+        draw_at,
+        draw_at + hour,
+        serde_json::json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339()}),
+    )
+    .await;
+    for user in 1..=5 {
+        let path = format!("/api/v1/vouchers/{raffle}/raffle/entries");
+        let (status, body) = app.post(&path, Some(&app.shopper(user)), serde_json::json!({})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (_, summary) = app.get(&format!("/api/v1/vouchers/{raffle}/raffle"), None).await;
+    let commitment = summary["commitment"].as_str().unwrap().to_owned();
+    tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(200)).await;
+    let screenshot = root.join("target/admin-admission.png");
+    let mut browser = Command::new(root.join("tests/browser/run.sh"))
+        .args([
+            "admission.mjs",
+            &app.addr,
+            &app.admin(),
+            &queue.to_string(),
+            "4",
+            &raffle.to_string(),
+        ])
+        .args([commitment.as_str(), "2"])
+        .arg(&screenshot)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("tests/browser/run.sh could not be started (is bash there?)");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = browser.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    assert_eq!(
+        next_line(&mut rx).await.as_deref(),
+        Some("RATE"),
+        "the rate form did not take (the script's error is above)"
+    );
+    let (_, view) = app
+        .get(&format!("/api/v1/admin/vouchers/{queue}/admission"), Some(&app.admin()))
+        .await;
+    assert_eq!(view["queue"]["admit_rate"], 7, "{view}");
+    assert_eq!(
+        next_line(&mut rx).await.as_deref(),
+        Some("OK"),
+        "the raffle panel (the script's error is above)"
+    );
+    assert!(browser.wait().unwrap().success());
+    app.shutdown().await;
 }
