@@ -83,7 +83,12 @@ pub async fn advance_running_queues(state: &AppState) {
         let Some(flash) = entry.voucher.flash.as_ref() else {
             continue;
         };
-        if flash.admission != Mode::Queue || now < flash.begin_at || now >= flash.end_at {
+        if flash.admission != Mode::Queue || now < flash.begin_at {
+            continue;
+        }
+        if now >= flash.end_at {
+            // Ended: its frontier is of no more use to this instance.
+            state.admit.frontiers.forget(entry.voucher.id);
             continue;
         }
         if let Err(e) = frontier_of(state, &entry.voucher, flash).await {
