@@ -57,6 +57,22 @@ pub enum Entered {
 /// Enters `user` in `voucher`'s raffle (`key`: the service's raffle key).
 pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64) -> Result<Entered> {
     let entry = entry_of(key, voucher, user);
+    // Once more if the first try met a concurrent entry of the same shopper as a
+    // deadlock, a serialization failure or a unique violation (seen once under
+    // load, cause not found): the second sees the committed entry.
+    let answer = match try_enter(pg, voucher, user, &entry).await {
+        Err(e) if retryable(&e) => try_enter(pg, voucher, user, &entry).await,
+        answer => answer,
+    };
+    Ok(answer?)
+}
+
+fn retryable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001" | "23505")))
+}
+
+async fn try_enter(pg: &PgPool, voucher: i64, user: i64, entry: &str) -> Result<Entered, sqlx::Error> {
+    let entry = entry.to_owned();
     let mut tx = pg.begin().await?;
     let open: bool = sqlx::query_scalar(
         "SELECT r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
@@ -66,7 +82,7 @@ pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64) -> Result<E
     .bind(voucher)
     .fetch_optional(&mut *tx)
     .await?
-    .context("a raffle sale without its raffle row")?;
+    .ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its raffle row".into()))?;
     let had: Option<String> =
         sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
             .bind(voucher)
@@ -77,10 +93,12 @@ pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64) -> Result<E
         (Some(e), _) => Entered::Already(e),
         (None, false) => Entered::Closed,
         (None, true) => {
-            // The same shopper entering twice at once: one insert, one answer of the entry.
+            // The same shopper entering twice at once: one insert, one answer of the
+            // entry. No conflict target: the entry's own unique index must not raise
+            // either (a concurrent insert of the same row meets both).
             let made = sqlx::query(
                 "INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)
-                 ON CONFLICT (voucher_id, user_id) DO NOTHING",
+                 ON CONFLICT DO NOTHING",
             )
             .bind(voucher)
             .bind(user)
