@@ -1,7 +1,7 @@
 # Multi-stage: build in the Rust image, run on a slim Debian with only the binary.
 FROM rust:1-bookworm AS builder
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 COPY lua ./lua
 COPY migrations ./migrations
