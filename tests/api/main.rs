@@ -42,3 +42,4 @@ mod sequences;
 mod shards;
 mod topups;
 mod transient;
+mod voucher_key;
