@@ -7,6 +7,8 @@
 #   scripts/bench-cost.sh cost  [--orders 100000] [--connections 64] [--runs 2]
 #   scripts/bench-cost.sh drain [--orders 200000]
 #   scripts/bench-cost.sh sale  [--orders 1000000]
+#   scripts/bench-cost.sh refuse [--orders 100000]
+#   scripts/bench-cost.sh floor   (GET /health/live: the API's CPU per request)
 #   ... [--env SECKILL_X=Y]   (passed to the seckill processes)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,6 +19,9 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
   refuse the crowd after the sell-out: ORDERS distinct shoppers, each once, on a
          sale of one unit already sold (every answer 409 sold_out from the
          instance's flag); requests per second and CPU per answered request.
+  floor  the HTTP floor: wrk on GET /health/live (no token, no Redis, no Postgres)
+         for 5 s; the seckill process's CPU per answered request. What every order
+         request costs the API process before any of its own work.
 
 CPU is read from /proc: the seckill processes this script started, the Redis server
 at REDIS_URL (its INFO process_id; with BENCH_REDIS_CLUSTER, every node of that
@@ -446,6 +449,27 @@ def rabbit_memory(ns):
     return rows, int(total) / 2**20
 
 
+def run_floor(args, env):
+    """GET /health/live through the same middlewares as every route: the API
+    process's CPU per request when the handler does nothing."""
+    dep = Deployment("f", env)
+    try:
+        dep.start("all")
+        dep.wait_ready()
+        time.sleep(1)
+        cpu = Cpu([dep.procs["all"].pid])
+        before = cpu.snapshot()
+        out = subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d5s", "--latency", dep.url + "/health/live"],
+                             capture_output=True, text=True, check=True).stdout
+        after = cpu.snapshot()
+        answered = int(re.search(r"(\d+) requests in", out).group(1))
+        used = {k: after[k] - before[k] for k in after}
+        print(f"\n## floor: GET /health/live, wrk -t2 -c{args.connections} -d5s: {answered} requests")
+        report_cpu("", used, answered, per="answered request")
+    finally:
+        dep.stop()
+
+
 def run_sale(args, env):
     dep = Deployment("s", env)
     try:
@@ -481,7 +505,7 @@ def run_sale(args, env):
 def main():
     global BIN
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse"])
+    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse", "floor"])
     ap.add_argument("--orders", type=int, default=100_000)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
@@ -492,7 +516,8 @@ def main():
     env = dict(e.split("=", 1) for e in args.env)
     BIN = os.path.abspath(args.bin)
     for _ in range(args.runs):
-        {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse}[args.what](args, env)
+        {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse,
+         "floor": run_floor}[args.what](args, env)
 
 
 if __name__ == "__main__":
