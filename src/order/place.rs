@@ -78,8 +78,9 @@ pub struct OrderDesk {
 
 thread_local! {
     /// Per order desk (known by its `movers`, whose weak reference also tells that
-    /// the desk is gone), this thread's Redis handle.
-    static HOT: std::cell::RefCell<Vec<(std::sync::Weak<Movers>, Redis)>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// the desk is gone), this thread's Redis handle. Shared, not cloned, per order:
+    /// a `Redis` clone copies its clients' connection details (strings).
+    static HOT: std::cell::RefCell<Vec<(std::sync::Weak<Movers>, Arc<Redis>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How many moves one order request may ask for before it answers 503.
@@ -239,7 +240,7 @@ impl OrderDesk {
 
     /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),
     /// made on first use.
-    fn on_this_thread(&self) -> Redis {
+    fn on_this_thread(&self) -> Arc<Redis> {
         HOT.with(|hot| {
             let mut hot = hot.borrow_mut();
             // A live weak reference to this desk's `movers` is this desk: the
@@ -248,7 +249,7 @@ impl OrderDesk {
                 return r.clone();
             }
             hot.retain(|(desk, _)| desk.strong_count() > 0);
-            let r = self.redis.on_this_thread();
+            let r = Arc::new(self.redis.on_this_thread());
             hot.push((Arc::downgrade(&self.movers), r.clone()));
             r
         })

@@ -116,7 +116,14 @@ impl Reserver {
 
     /// Reserves `ask` on one shard of `voucher`'s sale through `redis` (this
     /// thread's handle; unused with replicas, whose links are taken in turn).
-    pub async fn reserve(self: &Arc<Self>, redis: &Redis, voucher: i64, shard: u32, shards: u32, ask: Ask) -> Answer {
+    pub async fn reserve(
+        self: &Arc<Self>,
+        redis: &Arc<Redis>,
+        voucher: i64,
+        shard: u32,
+        shards: u32,
+        ask: Ask,
+    ) -> Answer {
         let gate = self.gate(voucher, shard, shards);
         let (tx, rx) = oneshot::channel();
         let lead = {
