@@ -163,9 +163,15 @@ async fn a_top_up_on_a_live_sold_out_sale_is_sellable_at_once() {
     let other = TestApp::builder(&ns).api_only().spawn().await;
     let v = app.flash_sale(1).await;
     assert_eq!(sell(&app, v, 1..2).await, 1);
-    // Both instances have seen "sold out" (and keep a local flag).
+    // Both instances have seen "sold out" (and keep a local flag). The other one
+    // learns of the new sale by its event: until then it answers voucher_not_found
+    // (seen in a full run of the suite, where the event came after the first sale).
     assert_eq!(code(&app.order(v, 2).await.1), "sold_out");
-    assert_eq!(code(&other.order(v, 3).await.1), "sold_out");
+    eventually(Duration::from_secs(5), || async {
+        (code(&other.order(v, 3).await.1) == "sold_out").then_some(())
+    })
+    .await
+    .expect("the other instance learns of the sale and finds it sold out");
 
     let (status, body) = top_up(&app, v, 2).await;
     assert_eq!(status, StatusCode::OK, "{body}");
