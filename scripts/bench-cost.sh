@@ -10,6 +10,7 @@
 #   scripts/bench-cost.sh refuse [--orders 100000]
 #   scripts/bench-cost.sh floor   (GET /health/live: the API's CPU per request)
 #   ... [--env SECKILL_X=Y]   (passed to the seckill processes)
+#   ... --bin BEFORE --bin AFTER --runs 4   (the binaries take turns; medians and ratios)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }

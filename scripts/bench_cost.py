@@ -23,6 +23,11 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
          for 5 s; the seckill process's CPU per answered request. What every order
          request costs the API process before any of its own work.
 
+With --bin given twice or more (--bin BEFORE --bin AFTER --runs 4), the binaries
+take turns, A B then B A, and a table of each one's medians and their ratios to the
+first closes the run: on a shared, noisy machine one run of each says little (the
+same binary has given 58 and 73 µs per order in two runs back to back).
+
 CPU is read from /proc: the seckill processes this script started, the Redis server
 at REDIS_URL (its INFO process_id; with BENCH_REDIS_CLUSTER, every node of that
 cluster, which seckill then runs on; `cost` and `refuse` only), every beam.smp (RabbitMQ), every postgres
@@ -33,6 +38,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -338,6 +344,9 @@ def report_cpu(title, used, orders, wrk_cpu=None, per="persisted order"):
     if wrk_cpu is not None:
         print(f"| (wrk) | {wrk_cpu:.2f} | {wrk_cpu / orders * 1e6:.1f} |")
     sys.stdout.flush()
+    figures = {f"{name} µs": used[name] / HZ / orders * 1e6 for name in ("seckill", "redis", "rabbitmq", "postgres")}
+    figures["server total µs"] = total / orders * 1e6
+    return figures
 
 
 def run_cost(args, env):
@@ -360,8 +369,9 @@ def run_cost(args, env):
         print(f"accepted {accepted} in {w['secs']:.2f}s = {accepted / w['secs']:.0f} orders/s; wrk statuses {w['statuses']}; "
               f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms; last order persisted {done - w['end']:.2f}s after the last answer")
         print("batching: %s, %s" % dep.batching())
-        report_cpu("", used, accepted, w["cpu"])
+        figures = report_cpu("", used, accepted, w["cpu"])
         os.unlink(tokens)
+        return dict(figures, **{"orders/s": accepted / w["secs"], "p99 ms": w["p99"]})
     finally:
         dep.stop()
 
@@ -391,8 +401,9 @@ def run_refuse(args, env):
         print(f"\n## refuse: {args.orders} shoppers on a sold-out sale, wrk -t2 -c{args.connections}")
         print(f"answered {answered} in {w['secs']:.2f}s = {answered / w['secs']:.0f} requests/s; wrk statuses {w['statuses']}; "
               f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms")
-        report_cpu("", used, answered, w["cpu"], per="answered request")
+        figures = report_cpu("", used, answered, w["cpu"], per="answered request")
         os.unlink(tokens)
+        return dict(figures, **{"requests/s": answered / w["secs"], "p99 ms": w["p99"]})
     finally:
         dep.stop()
 
@@ -436,8 +447,9 @@ def run_drain(args, env):
             print(f"the first order persisted {first[0] - t0:.2f}s after the worker started: "
                   f"{accepted / (done - first[0]):.0f} orders/s from then on")
         used = {k: after[k] - before[k] for k in after}
-        report_cpu("CPU during the drain (seckill = the worker process):", used, accepted)
+        figures = report_cpu("CPU during the drain (seckill = the worker process):", used, accepted)
         os.unlink(tokens)
+        return dict(figures, **{"orders/s": accepted / secs})
     finally:
         dep.stop()
 
@@ -465,7 +477,7 @@ def run_floor(args, env):
         answered = int(re.search(r"(\d+) requests in", out).group(1))
         used = {k: after[k] - before[k] for k in after}
         print(f"\n## floor: GET /health/live, wrk -t2 -c{args.connections} -d5s: {answered} requests")
-        report_cpu("", used, answered, per="answered request")
+        return report_cpu("", used, answered, per="answered request")
     finally:
         dep.stop()
 
@@ -510,14 +522,43 @@ def main():
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--shards", type=int, default=1)
-    ap.add_argument("--bin", default=BIN, help="the seckill binary (default: target/release/seckill)")
+    ap.add_argument("--bin", action="append", default=[],
+                    help="the seckill binary (default: target/release/seckill); given twice or more, the "
+                         "binaries take turns (A B B A ... for --runs rounds) and a table of medians and "
+                         "ratios to the first closes the run")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the seckill processes")
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
-    BIN = os.path.abspath(args.bin)
-    for _ in range(args.runs):
-        {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse,
-         "floor": run_floor}[args.what](args, env)
+    run = {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse,
+           "floor": run_floor}[args.what]
+    bins = [os.path.abspath(b) for b in args.bin] or [BIN]
+    results = {b: [] for b in bins}
+    for r in range(args.runs):
+        # Alternating, and the order reversed every other round (A B, B A, ...):
+        # a machine that drifts during the runs favours neither binary.
+        for b in (bins if r % 2 == 0 else bins[::-1]):
+            BIN = b
+            if len(bins) > 1:
+                print(f"\n### {b}")
+            figures = run(args, env)
+            if figures:
+                results[b].append(figures)
+    if len(bins) > 1 and all(results.values()):
+        compare(bins, results)
+
+
+def compare(bins, results):
+    """Medians of each binary's runs, and each binary's ratio to the first's."""
+    keys = list(results[bins[0]][0])
+    print(f"\n## medians of {len(results[bins[0]])} run(s) each; ratio to the first binary")
+    print("| | " + " | ".join(bins) + " |")
+    print("|---|" + "---|" * len(bins))
+    for k in keys:
+        medians = [statistics.median(f[k] for f in results[b]) for b in bins]
+        cells = [f"{m:.1f}" if i == 0 else f"{m:.1f} ({m / medians[0]:.2f}×)" if medians[0] else f"{m:.1f}"
+                 for i, m in enumerate(medians)]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
