@@ -1,12 +1,13 @@
 -- reserve.lua: admit or refuse a batch of flash-sale orders for one shard of a
 -- sale, each exactly as if it ran alone, one after the other in the batch's order.
 --
--- KEYS[1] stock   remaining stock of the shard (integer string)
--- KEYS[2] buyers  hash user id -> order id of each shopper's live order
--- KEYS[3] orders  hash order id -> "user_id:created_ms" of every accepted order
--- KEYS[4] outbox  the shard's outbox stream, read by the relay: one entry per call
---                 that accepted any order, fields `v` the voucher id and `b` the
---                 accepted orders as "id,user,created_ms,id,user,created_ms,..."
+-- KEYS[1] stock     remaining stock of the shard (integer string)
+-- KEYS[2] buyers    hash user id -> "order_id:created_ms" of each shopper's live
+--                   order (a mark written before this version is the id alone)
+-- KEYS[3] admitted  the number of orders the shard admitted (integer string)
+-- KEYS[4] outbox    the shard's outbox stream, read by the relay: one entry per call
+--                   that accepted any order, fields `v` the voucher id and `b` the
+--                   accepted orders as "id,user,created_ms,id,user,created_ms,..."
 -- ARGV[1] voucher id, then for each order three values: user id, order id, created_ms
 --
 -- Returns one reply per order, in order: the stock left after it (>= 0) when
@@ -24,17 +25,24 @@
 -- the shard's hash tag, so the script also runs on Redis Cluster.
 --
 -- Nothing is written before every order is decided, and the writes come in the
--- order of a single order's script: the decrement, the marks, the index, then the
+-- order of a single order's script: the decrement, the marks, the count, then the
 -- outbox entry. A stock that is not an integer, or a call of more orders than a
 -- call may carry, is an error before any write.
 --
 -- Why a batch: the orders that reach one API process for one shard while its
 -- previous call is in flight travel in the next call (see src/order/reserve.rs), so
--- Redis parses, runs and answers one call for many orders. The marks, the index,
+-- Redis parses, runs and answers one call for many orders. The marks, the count,
 -- the decrement and the outbox entry are written once per call, after every order
 -- was decided: one stream entry for the call's orders costs Redis one XADD (and
 -- the relay one entry to read, acknowledge and trim) where one per order cost as
 -- many.
+--
+-- Why a count and no index by order id: the shopper's mark already names the order
+-- and its time, which is all an owner's lookup needs. A second hash entry per order
+-- (order id -> shopper) cost Redis a fifth to a third of the script's time
+-- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
+-- now, and an admin's lookup of an order not yet in Postgres, which scans the
+-- marks now (src/order/status.rs).
 local n = (#ARGV - 1) / 3
 if n ~= math.floor(n) or n > 1000 then
   return redis.error_reply('reserve.lua: a voucher id and three values per order, at most 1000 orders')
@@ -63,7 +71,6 @@ end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
 local taken = 0
 local marks = {}
-local index = {}
 local mine = {}
 local packed = {}
 for i = 1, n do
@@ -72,7 +79,8 @@ for i = 1, n do
   local at = ARGV[3 * i + 1]
   local existing = mine[user] or held[i]
   if existing then
-    out[i] = {-2, existing}
+    -- A mark is "id:created_ms" (or, written by an older version, the id).
+    out[i] = {-2, string.match(existing, '^[^:]*')}
   elseif stock <= 0 then
     out[i] = -1
   else
@@ -80,9 +88,7 @@ for i = 1, n do
     taken = taken + 1
     mine[user] = id
     marks[#marks + 1] = user
-    marks[#marks + 1] = id
-    index[#index + 1] = id
-    index[#index + 1] = user .. ':' .. at
+    marks[#marks + 1] = id .. ':' .. at
     packed[#packed + 1] = id
     packed[#packed + 1] = user
     packed[#packed + 1] = at
@@ -92,7 +98,7 @@ end
 if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
   redis.call('HSET', KEYS[2], unpack(marks))
-  redis.call('HSET', KEYS[3], unpack(index))
+  redis.call('INCRBY', KEYS[3], taken)
   redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', table.concat(packed, ','))
 end
 return out

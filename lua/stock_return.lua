@@ -1,6 +1,7 @@
 -- stock_return.lua: put a cancelled order's unit back on sale, once.
 --
--- KEYS[1] stock   KEYS[2] buyers (user id -> live order id)   KEYS[3] returned (set of order ids)
+-- KEYS[1] stock   KEYS[2] buyers (user id -> "live order id:created_ms")
+-- KEYS[3] returned (set of order ids)
 -- ARGV[1] order id   ARGV[2] user id
 --
 -- Returns 1 if the unit went back now, 0 if this order's unit was already returned,
@@ -19,7 +20,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('INCR', KEYS[1])
-if redis.call('HGET', KEYS[2], ARGV[2]) == ARGV[1] then
+-- A mark is "id:created_ms" (or, written by an older version, the id).
+local mark = redis.call('HGET', KEYS[2], ARGV[2])
+if mark and string.match(mark, '^[^:]*') == ARGV[1] then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
 return 1

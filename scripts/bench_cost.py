@@ -217,7 +217,7 @@ class Deployment:
         return sum(int(n) for n in re.findall(r'seckill_order_requests_total\{outcome="[a-z_]+"\} (\d+)', text))
 
     def batching(self):
-        """Orders per relay message and per worker transaction so far."""
+        """Orders per order-script call, per relay message and per worker transaction so far."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
             text = r.read().decode()
         def metric(pattern):
@@ -227,7 +227,10 @@ class Deployment:
         messages = metric(r'seckill_relay_confirms_total\{result="ack"\} (\S+)')
         orders = metric(r"seckill_worker_batch_orders_sum (\S+)")
         batches = metric(r"seckill_worker_batch_orders_count (\S+)")
-        return (f"{published / messages:.0f} orders per relay message" if messages else "no relay message",
+        reserved = metric(r"seckill_reserve_lua_batch_orders_sum (\S+)")
+        calls = metric(r"seckill_reserve_lua_batch_orders_count (\S+)")
+        return (f"{reserved / calls:.1f} orders per order-script call" if calls else "no order-script call",
+                f"{published / messages:.0f} orders per relay message" if messages else "no relay message",
                 f"{orders / batches:.0f} per worker transaction" if batches else "no worker transaction")
 
     def rss_peak_mb(self, mode):
@@ -369,7 +372,7 @@ def run_cost(args, env):
         print(f"\n## cost: {args.orders} shoppers, wrk -t2 -c{args.connections}, stock {args.orders * 10}, stock_shards {args.shards}")
         print(f"accepted {accepted} in {w['secs']:.2f}s = {accepted / w['secs']:.0f} orders/s; wrk statuses {w['statuses']}; "
               f"p50 {w['p50']:.2f} ms, p99 {w['p99']:.2f} ms; last order persisted {done - w['end']:.2f}s after the last answer")
-        print("batching: %s, %s" % dep.batching())
+        print("batching: %s, %s, %s" % dep.batching())
         figures = report_cpu("", used, accepted, w["cpu"])
         os.unlink(tokens)
         return dict(figures, **{"orders/s": accepted / w["secs"], "p99 ms": w["p99"]})

@@ -14,13 +14,14 @@ impl EpochGuard {
         let k = &self.keys;
         let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
         inv.key(k.buyers_at(voucher, shard, shards))
-            .key(k.orders_at(voucher, shard, shards))
+            .key(k.admitted_at(voucher, shard, shards))
             .key(k.returned_at(voucher, shard, shards))
             .key(k.outbox_at(voucher, shard, shards))
             .key(k.repair_fence_at(voucher, shard, shards))
             .key(k.given_at(voucher, shard, shards))
             .key(k.moved_at(voucher, shard, shards))
             .key(k.taken_at(voucher, shard, shards))
+            .key(k.orders_at(voucher, shard, shards))
             .arg(epoch)
             .arg(op);
         inv
@@ -57,8 +58,9 @@ impl EpochGuard {
 
     /// Rewrites one sale, every shard of it, from Postgres and its outbox streams,
     /// fenced by `epoch`: remaining stock = Postgres's stock − orders still in an
-    /// outbox, spread over the shards as at load; each order's shopper mark and index
-    /// entry in its shopper's shard; the move ledgers cleared.
+    /// outbox, spread over the shards as at load; each live order's shopper mark, and
+    /// the count of every order (Postgres's and the outbox's) as admitted, in its
+    /// shopper's shard; the move ledgers cleared.
     pub(super) async fn restore_sale(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -99,15 +101,16 @@ impl EpochGuard {
         }
         let shard_of = |user: i64| crate::keys::shard_of(user, shards) as usize;
         let stored: HashSet<i64> = orders.iter().map(|o| o.0).collect();
-        let mut buyers: Vec<HashMap<i64, i64>> = vec![HashMap::new(); shards as usize];
-        let mut index: Vec<Vec<(i64, String)>> = vec![Vec::new(); shards as usize];
+        // user -> (order id, created_ms): the mark reserve.lua writes is "id:ms".
+        let mut buyers: Vec<HashMap<i64, (i64, i64)>> = vec![HashMap::new(); shards as usize];
+        let mut admitted: Vec<usize> = vec![0; shards as usize];
         let mut returned: Vec<Vec<i64>> = vec![Vec::new(); shards as usize];
         for (id, user, at, status) in &orders {
             let s = shard_of(*user);
-            index[s].push((*id, format!("{user}:{}", at.timestamp_millis())));
+            admitted[s] += 1;
             match status.as_str() {
                 "created" | "paid" => {
-                    buyers[s].insert(*user, *id);
+                    buyers[s].insert(*user, (*id, at.timestamp_millis()));
                 }
                 "cancelled" => returned[s].push(*id),
                 _ => {}
@@ -119,8 +122,8 @@ impl EpochGuard {
                 continue;
             }
             let s = shard_of(o.user_id);
-            index[s].push((o.id, format!("{}:{}", o.user_id, o.created_ms)));
-            if let Some(other) = buyers[s].insert(o.user_id, o.id) {
+            admitted[s] += 1;
+            if let Some((other, _)) = buyers[s].insert(o.user_id, (o.id, o.created_ms)) {
                 tracing::error!(
                     voucher,
                     user_id = o.user_id,
@@ -142,23 +145,24 @@ impl EpochGuard {
         }
         for shard in 0..shards {
             let s = shard as usize;
-            let buyers: Vec<(i64, i64)> = buyers[s].iter().map(|(u, o)| (*u, *o)).collect();
-            let (index, returned) = (&index[s], &returned[s]);
+            let buyers: Vec<(i64, String)> = buyers[s]
+                .iter()
+                .map(|(u, (id, ms))| (*u, format!("{id}:{ms}")))
+                .collect();
+            let returned = &returned[s];
             const CHUNK: usize = 2000;
-            let rounds = buyers.len().max(index.len()).max(returned.len()).div_ceil(CHUNK);
+            // One round at least: each sets the shard's count of admitted orders (a
+            // set, not an increment: a call sent twice writes the same).
+            let rounds = buyers.len().max(returned.len()).div_ceil(CHUNK).max(1);
             for r in 0..rounds {
                 let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
                 let mut inv = fenced(shard, "fill");
                 let b = &buyers[part(buyers.len())];
                 inv.arg(b.len());
-                for (user, id) in b {
-                    inv.arg(user).arg(id);
+                for (user, mark) in b {
+                    inv.arg(user).arg(mark);
                 }
-                let o = &index[part(index.len())];
-                inv.arg(o.len());
-                for (id, v) in o {
-                    inv.arg(id).arg(v);
-                }
+                inv.arg(admitted[s]);
                 let ret = &returned[part(returned.len())];
                 inv.arg(ret.len());
                 for id in ret {

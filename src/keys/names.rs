@@ -35,9 +35,15 @@ impl Keys {
         self.shard(voucher_id, shard, shards, "buyers")
     }
 
-    /// [`Keys::orders`] of one shard: the orders of that shard's shoppers.
+    /// [`Keys::orders`] of one shard (the index versions before the `admitted`
+    /// counter wrote; see there).
     pub fn orders_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
         self.shard(voucher_id, shard, shards, "orders")
+    }
+
+    /// [`Keys::admitted`] of one shard.
+    pub fn admitted_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "admitted")
     }
 
     /// [`Keys::returned`] of one shard.
@@ -107,12 +113,22 @@ impl Keys {
         self.voucher(voucher_id, "stock")
     }
 
-    /// Hash user id -> order id of the shopper's current order (one per shopper).
+    /// Hash user id -> "order_id:created_ms" of the shopper's live order (one per
+    /// shopper; a mark written before the `admitted` counter is the order id alone).
     pub fn buyers(&self, voucher_id: i64) -> String {
         self.voucher(voucher_id, "buyers")
     }
 
-    /// Hash order id -> "user_id:created_ms" of every order accepted for the voucher.
+    /// The orders Redis admitted for the voucher: an integer, grown by every call of
+    /// the order script that admits any (and by a late admission), set by a repair.
+    pub fn admitted(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "admitted")
+    }
+
+    /// Hash order id -> "user_id:created_ms" of every order admitted, as versions
+    /// before the [`Keys::admitted`] counter wrote it (one more hash entry per
+    /// order). Nothing writes it now: its count still adds to the admitted orders
+    /// of a sale that was selling across the upgrade, and a repair deletes it.
     pub fn orders(&self, voucher_id: i64) -> String {
         self.voucher(voucher_id, "orders")
     }

@@ -11,7 +11,14 @@ fn the_clock_lives_in_the_slot_of_the_epoch_marker() {
 #[test]
 fn voucher_keys_share_one_hash_tag() {
     let k = Keys::new("ns");
-    for key in [k.stock(7), k.buyers(7), k.orders(7), k.outbox(7), k.topups(7)] {
+    for key in [
+        k.stock(7),
+        k.buyers(7),
+        k.admitted(7),
+        k.orders(7),
+        k.outbox(7),
+        k.topups(7),
+    ] {
         assert!(key.starts_with("ns:{v7}:"), "{key}");
     }
     assert_ne!(k.stock(7), k.stock(70));
@@ -22,6 +29,8 @@ fn voucher_keys_share_one_hash_tag() {
         k.stock_at(7, 3, 4),
         k.given_at(7, 3, 4),
         k.taken_at(7, 3, 4),
+        k.admitted_at(7, 3, 4),
+        k.orders_at(7, 3, 4),
         k.outbox_at(7, 3, 4),
     ] {
         assert!(key.starts_with(&format!("ns:{{{tag}}}:")), "{key}");

@@ -105,7 +105,7 @@ impl Reserver {
                     keys: [
                         k.stock_at(voucher, shard, shards),
                         k.buyers_at(voucher, shard, shards),
-                        k.orders_at(voucher, shard, shards),
+                        k.admitted_at(voucher, shard, shards),
                         k.outbox_at(voucher, shard, shards),
                     ],
                     state: Mutex::default(),

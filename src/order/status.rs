@@ -1,6 +1,6 @@
 //! Order status: Postgres has every persisted order; an order Redis accepted that
-//! the worker has not written yet is `pending` and is found in the voucher's
-//! `orders` hash.
+//! the worker has not written yet is `pending` and is found by its shopper's mark
+//! in the sale's `buyers` hash ("order_id:created_ms").
 use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
 use crate::keys::Keys;
@@ -39,8 +39,10 @@ impl Lookup {
     }
 
     /// Finds a pending order by id among the flash sales whose window contains the
-    /// second the id was made in (one pipelined Redis call): in `owner`'s shard of
-    /// each, or every shard if the owner is not known.
+    /// second the id was made in: by `owner`'s mark in their shard of each (one
+    /// pipelined Redis call), or, for an admin who does not know the owner, by a
+    /// scan of every shard's marks (`HSCAN`, a page at a time: Redis keeps no index
+    /// by order id, which would cost it a hash entry per order on the hot path).
     async fn pending_by_id(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
         let Some(made) = id_worker::created_at(order_id) else {
             return Ok(None);
@@ -64,18 +66,48 @@ impl Lookup {
         if candidates.is_empty() {
             return Ok(None);
         }
-        let mut pipe = redis::pipe();
-        for (v, k, shards) in &candidates {
-            pipe.hget(self.keys.orders_at(*v, *k, *shards), order_id);
-        }
         let mut conn = self.redis.conn().await?;
-        let found: Vec<Option<String>> = pipe
-            .query_async(&mut conn)
-            .await
-            .context("looking up a pending order")?;
-        for ((voucher_id, _, _), value) in candidates.into_iter().zip(found) {
-            if let Some((user, ms)) = value.as_deref().and_then(parse_accepted) {
-                return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
+        if let Some(user) = owner {
+            let mut pipe = redis::pipe();
+            for (v, k, shards) in &candidates {
+                pipe.hget(self.keys.buyers_at(*v, *k, *shards), user);
+            }
+            let found: Vec<Option<String>> = pipe
+                .query_async(&mut conn)
+                .await
+                .context("looking up a pending order")?;
+            for ((voucher_id, _, _), mark) in candidates.into_iter().zip(found) {
+                if let Some((id, ms)) = mark.as_deref().and_then(parse_mark) {
+                    if id == order_id {
+                        return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
+                    }
+                }
+            }
+            return Ok(None);
+        }
+        for (voucher_id, k, shards) in candidates {
+            let key = self.keys.buyers_at(voucher_id, k, shards);
+            let mut cursor = "0".to_owned();
+            loop {
+                let (next, page): (String, Vec<String>) = redis::cmd("HSCAN")
+                    .arg(&key)
+                    .arg(&cursor)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await
+                    .context("scanning a sale's marks for a pending order")?;
+                for pair in page.chunks_exact(2) {
+                    if let (Ok(user), Some((id, ms))) = (pair[0].parse(), parse_mark(&pair[1])) {
+                        if id == order_id {
+                            return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
+                        }
+                    }
+                }
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
             }
         }
         Ok(None)
@@ -91,27 +123,16 @@ impl Lookup {
         };
         let shard = crate::keys::shard_of(user_id, shards);
         let mut conn = self.redis.conn().await?;
-        let live: Option<i64> = redis::cmd("HGET")
+        let live: Option<String> = redis::cmd("HGET")
             .arg(k.buyers_at(voucher_id, shard, shards))
             .arg(user_id)
             .query_async(&mut conn)
             .await
             .context("reading the shopper's order mark")?;
-        if let Some(order_id) = live {
+        if let Some((order_id, ms)) = live.as_deref().and_then(parse_mark) {
             if let Some(o) = by_id(&self.pg, order_id).await? {
                 return Ok(Some(o));
             }
-            let accepted: Option<String> = redis::cmd("HGET")
-                .arg(k.orders_at(voucher_id, shard, shards))
-                .arg(order_id)
-                .query_async(&mut conn)
-                .await
-                .context("reading a pending order")?;
-            let ms = accepted
-                .as_deref()
-                .and_then(parse_accepted)
-                .map(|(_, ms)| ms)
-                .unwrap_or_default();
             return Ok(Some(Order::pending(order_id, voucher_id, user_id, ms)));
         }
         Ok(sqlx::query_as(&format!(
@@ -125,8 +146,34 @@ impl Lookup {
     }
 }
 
-/// "user_id:created_ms" as reserve.lua writes it.
-fn parse_accepted(v: &str) -> Option<(i64, i64)> {
-    let (u, ms) = v.split_once(':')?;
-    Some((u.parse().ok()?, ms.parse().ok()?))
+/// A shopper's mark, "order_id:created_ms" as reserve.lua writes it: the order id
+/// and its time. A mark an older version wrote is the id alone: its time is then
+/// the second the id carries.
+fn parse_mark(v: &str) -> Option<(i64, i64)> {
+    match v.split_once(':') {
+        Some((id, ms)) => Some((id.parse().ok()?, ms.parse().ok()?)),
+        None => {
+            let id = v.parse().ok()?;
+            Some((id, id_worker::created_at(id)?.timestamp_millis()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_names_its_order_and_time() {
+        assert_eq!(parse_mark("123:1700000000123"), Some((123, 1_700_000_000_123)));
+        let id = 5i64 << 32 | 7;
+        let second = id_worker::created_at(id).unwrap().timestamp_millis();
+        assert_eq!(
+            parse_mark(&id.to_string()),
+            Some((id, second)),
+            "an older mark: the id's second"
+        );
+        assert_eq!(parse_mark("12:x"), None);
+        assert_eq!(parse_mark("x"), None);
+    }
 }

@@ -58,6 +58,8 @@ pub struct Pending {
 pub struct ShardBooks {
     /// None if the shard's stock key is missing (Redis lost the sale).
     pub stock: Option<i64>,
+    /// Orders the shard admitted: its `admitted` counter, plus the index an older
+    /// version kept ([`crate::keys::Keys::orders`]).
     pub orders: i64,
     pub returned: i64,
     pub outbox: i64,
@@ -107,6 +109,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
                 Option<i64>,
                 HashMap<String, String>,
                 i64,
+                Option<i64>,
                 i64,
                 i64,
                 i64,
@@ -118,6 +121,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
                 .get(keys.stock_at(voucher, k, shards))
                 .hgetall(keys.given_at(voucher, k, shards))
                 .scard(keys.taken_at(voucher, k, shards))
+                .get(keys.admitted_at(voucher, k, shards))
                 .hlen(keys.orders_at(voucher, k, shards))
                 .scard(keys.returned_at(voucher, k, shards))
                 .cmd("XLEN")
@@ -132,7 +136,10 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
     });
     let replies = futures::future::try_join_all(reads).await?;
     let mut snap = Snapshot::default();
-    for (k, (stock, given, taken, orders, returned, outbox, moved, fence)) in replies.into_iter().enumerate() {
+    for (k, (stock, given, taken, admitted, indexed, returned, outbox, moved, fence)) in replies.into_iter().enumerate()
+    {
+        // The counter, plus the index an older version kept (see `Keys::orders`).
+        let orders = admitted.unwrap_or(0) + indexed;
         let gives = given.len() as i64 + moved;
         let mut entries: Vec<Pending> = given
             .into_iter()

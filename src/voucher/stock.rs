@@ -64,13 +64,15 @@ pub async fn stats(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> 
     let mut pipe = redis::pipe();
     for k in 0..shards.max(1) {
         pipe.get(keys.stock_at(voucher_id, k, shards))
+            .get(keys.admitted_at(voucher_id, k, shards))
             .hlen(keys.orders_at(voucher_id, k, shards));
     }
     let reply: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading voucher stats")?;
-    let shards: Vec<Option<i64>> = reply.iter().step_by(2).copied().collect();
+    let shards: Vec<Option<i64>> = reply.iter().step_by(3).copied().collect();
     Ok(Stats {
         stock: shards.iter().copied().sum(),
-        accepted: reply.iter().skip(1).step_by(2).map(|n| n.unwrap_or(0)).sum(),
+        // The counter, plus the index an older version kept (see `Keys::orders`).
+        accepted: reply.chunks(3).map(|r| r[1].unwrap_or(0) + r[2].unwrap_or(0)).sum(),
         shards,
     })
 }

@@ -4,7 +4,7 @@
 use crate::helpers::*;
 use redis::Value;
 use reqwest::StatusCode;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The order script, as the service runs it.
 fn script() -> redis::Script {
@@ -21,7 +21,7 @@ async fn call(
     let s = script();
     let mut inv = s.key(keys.stock_at(v, 0, 1));
     inv.key(keys.buyers_at(v, 0, 1))
-        .key(keys.orders_at(v, 0, 1))
+        .key(keys.admitted_at(v, 0, 1))
         .key(keys.outbox_at(v, 0, 1))
         .arg(v);
     for (user, id) in asks {
@@ -40,7 +40,8 @@ fn already(id: i64) -> Value {
 /// One call with shoppers accepted, one repeating within the call, one who
 /// bought before the call, and shoppers refused once the stock is gone: each
 /// answer is what a call of their own, in the same order, would say; the stock,
-/// the marks, the index and the outbox hold exactly the accepted orders.
+/// the marks, the count of admitted orders and the outbox hold exactly the
+/// accepted orders.
 #[tokio::test]
 async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
     let ns = Namespace::new().await;
@@ -75,16 +76,11 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
             Value::Int(-1),
         ]
     );
-    type Books = (
-        i64,
-        HashMap<String, String>,
-        HashMap<String, String>,
-        redis::streams::StreamRangeReply,
-    );
-    let (stock, buyers, index, outbox): Books = redis::pipe()
+    type Books = (i64, HashMap<String, String>, i64, redis::streams::StreamRangeReply);
+    let (stock, buyers, admitted, outbox): Books = redis::pipe()
         .get(keys.stock_at(v, 0, 1))
         .hgetall(keys.buyers_at(v, 0, 1))
-        .hgetall(keys.orders_at(v, 0, 1))
+        .get(keys.admitted_at(v, 0, 1))
         .cmd("XRANGE")
         .arg(keys.outbox_at(v, 0, 1))
         .arg("-")
@@ -93,11 +89,15 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
         .await
         .unwrap();
     assert_eq!(stock, 0, "three units, three orders");
+    // Each mark names the shopper's order and its time.
     let marks: HashMap<&str, &str> = buyers.iter().map(|(u, o)| (u.as_str(), o.as_str())).collect();
-    assert_eq!(marks, HashMap::from([("9", "900"), ("1", "101"), ("2", "102")]));
-    let ids: HashSet<&str> = index.keys().map(String::as_str).collect();
-    assert_eq!(ids, HashSet::from(["900", "101", "102"]));
-    assert_eq!(index["101"], format!("1:{}", 1_700_000_000_000i64 + 101));
+    let mark = |id: i64| format!("{id}:{}", 1_700_000_000_000i64 + id);
+    let (m900, m101, m102) = (mark(900), mark(101), mark(102));
+    assert_eq!(
+        marks,
+        HashMap::from([("9", m900.as_str()), ("1", m101.as_str()), ("2", m102.as_str())])
+    );
+    assert_eq!(admitted, 3, "the count of admitted orders: one per accepted order");
     // One outbox entry per call that accepted any order, carrying exactly the
     // call's accepted orders, in the call's order.
     let entries: Vec<Vec<i64>> = outbox
@@ -141,7 +141,7 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
     let s = script();
     let mut inv = s.key(keys.stock_at(odd, 0, 1));
     inv.key(keys.buyers_at(odd, 0, 1))
-        .key(keys.orders_at(odd, 0, 1))
+        .key(keys.admitted_at(odd, 0, 1))
         .key(keys.outbox_at(odd, 0, 1))
         .arg(odd)
         .arg(1)

@@ -76,7 +76,7 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
     let _: () = redis::cmd("DEL")
         .arg(k.stock(v))
         .arg(k.buyers(v))
-        .arg(k.orders(v))
+        .arg(k.admitted(v))
         .query_async(&mut redis)
         .await
         .unwrap();
@@ -151,13 +151,14 @@ async fn a_stale_repair_cannot_write_a_sale() {
     let run = |e: i64, op: &str| {
         let mut inv = script.key(k.stock(v));
         inv.key(k.buyers(v))
-            .key(k.orders(v))
+            .key(k.admitted(v))
             .key(k.returned(v))
             .key(k.outbox(v))
             .key(k.repair_fence(v))
             .key(k.given_at(v, 0, 1))
             .key(k.moved_at(v, 0, 1))
             .key(k.taken_at(v, 0, 1))
+            .key(k.orders(v))
             .arg(e)
             .arg(op);
         inv

@@ -67,7 +67,7 @@ pub async fn admit_late(ctx: &Ctx, epoch: i64, late: &[&OrderMsg]) -> Result<Has
         let ok: i64 = LATE_ADMIT
             .key(k.stock_at(o.voucher_id, shard, n))
             .key(k.buyers_at(o.voucher_id, shard, n))
-            .key(k.orders_at(o.voucher_id, shard, n))
+            .key(k.admitted_at(o.voucher_id, shard, n))
             .arg(o.user_id)
             .arg(o.id)
             .arg(o.created_ms)

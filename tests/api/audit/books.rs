@@ -169,7 +169,7 @@ async fn orders_redis_has_no_record_of_unbalance_the_books() {
         .arg(3)
         .ignore()
         .cmd("DEL")
-        .arg(keys.orders(v))
+        .arg(keys.admitted(v))
         .ignore()
         .query_async(&mut redis)
         .await

@@ -89,4 +89,5 @@ async fn voucher_without_an_event(app: &TestApp) -> i64 {
 }
 
 mod crowd_and_window;
+mod marks;
 mod sold_out_flag;
