@@ -8,7 +8,8 @@
 #
 # --rev: also run that revision's lua/reserve.lua, for a before/after in one run:
 # one order per call for a script of the old shape (user, order id, created_ms,
-# voucher id), calls of 1 and 16 for a batch script.
+# voucher id), calls of 1 and 16 for a batch script (three values per order, or
+# today's: the call's outbox entry, then a user and a mark per order).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV="" REQUESTS=200000
@@ -27,24 +28,33 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR
 until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
 
-# run <label> <sha> <orders per call> <stock> <old shape: 0|1>
+# run <label> <sha> <orders per call> <stock> <shape: single|triples|marks>
 run() {
-  local label=$1 sha=$2 per=$3 stock=$4 old=$5
+  local label=$1 sha=$2 per=$3 stock=$4 shape=$5
   cli flushall >/dev/null
   cli set '{v1}:stock' "$stock" >/dev/null
   cli config resetstat >/dev/null
   local args=()
-  if [ "$old" = 1 ]; then
-    args=(__rand_int__ __rand_int__ 1700000000000 1)
-  else
-    args=(1)
-    for _ in $(seq "$per"); do args+=(__rand_int__ __rand_int__ 1700000000000); done
-  fi
+  case "$shape" in
+    single) args=(__rand_int__ __rand_int__ 1700000000000 1) ;;
+    triples)
+      args=(1)
+      for _ in $(seq "$per"); do args+=(__rand_int__ __rand_int__ 1700000000000); done ;;
+    marks)
+      # Each order's id and user are random (a new shopper each); the entry is
+      # as long as the service's (ids of 18 digits), its content unread by Redis.
+      local entry=""
+      for i in $(seq "$per"); do
+        entry+="${entry:+,}392993493313650689,__rand_int__,1700000000000"
+        args+=(__rand_int__ "__rand_int__:1700000000000")
+      done
+      args=(1 "$entry" "${args[@]}") ;;
+  esac
   local calls=$((REQUESTS / per))
   local rps
   rps=$(redis-benchmark -p "$PORT" -n "$calls" -c 50 -P 4 -r 1000000000 -q --csv \
     EVALSHA "$sha" 4 '{v1}:stock' '{v1}:buyers' '{v1}:orders' '{v1}:outbox' "${args[@]}" |
-    tail -1 | cut -d, -f2 | tr -d '"')
+    tail -1 | grep -o '","[0-9.]*"' | head -1 | tr -d '",')
   local usec
   usec=$(cli info commandstats | grep '^cmdstat_evalsha:' | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')
   awk -v l="$label" -v per="$per" -v rps="$rps" -v usec="$usec" 'BEGIN {
@@ -55,18 +65,24 @@ NEW=$(cli script load "$(cat lua/reserve.lua)")
 if [ -n "$REV" ]; then
   OLD_SRC=$(git show "$REV:lua/reserve.lua")
   OLD=$(cli script load "$OLD_SRC")
-  if grep -q 'three values per order' <<<"$OLD_SRC"; then
-    # A batch script already (a voucher id, then three values per order).
-    for per in 1 16; do
-      run "$REV reserve.lua, accepting" "$OLD" "$per" 1000000000 0
-      run "$REV reserve.lua, refusing" "$OLD" "$per" 0 0
-    done
+  if grep -q 'two values per order' <<<"$OLD_SRC"; then
+    OLD_SHAPE=marks
+  elif grep -q 'three values per order' <<<"$OLD_SRC"; then
+    OLD_SHAPE=triples
   else
-    run "$REV reserve.lua, accepting" "$OLD" 1 1000000000 1
-    run "$REV reserve.lua, refusing" "$OLD" 1 0 1
+    OLD_SHAPE=single
+  fi
+  if [ "$OLD_SHAPE" = single ]; then
+    run "$REV reserve.lua, accepting" "$OLD" 1 1000000000 single
+    run "$REV reserve.lua, refusing" "$OLD" 1 0 single
+  else
+    for per in 1 16; do
+      run "$REV reserve.lua, accepting" "$OLD" "$per" 1000000000 "$OLD_SHAPE"
+      run "$REV reserve.lua, refusing" "$OLD" "$per" 0 "$OLD_SHAPE"
+    done
   fi
 fi
 for per in 1 16; do
-  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 0
-  run "reserve.lua, refusing" "$NEW" "$per" 0 0
+  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 marks
+  run "reserve.lua, refusing" "$NEW" "$per" 0 marks
 done

@@ -46,7 +46,7 @@ const WAIT_LINKS: usize = 16;
 pub(super) async fn reserve_and_wait(
     conn: &mut crate::redis_conn::Conn,
     keys: &[String],
-    args: &[i64],
+    args: &[String],
     r: &Replication,
 ) -> redis::RedisResult<(Value, i64)> {
     let wait_ms = r.deadline.as_millis().max(1) as u64;

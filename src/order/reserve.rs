@@ -190,11 +190,7 @@ impl Reserver {
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
-        let mut args: Vec<i64> = Vec::with_capacity(1 + 3 * asks.len());
-        args.push(gate.voucher);
-        for a in asks {
-            args.extend([a.user_id, a.order_id, a.created_ms]);
-        }
+        let args = script_args(gate.voucher, asks);
         let (reply, acked) = if r.replicas == 0 {
             let mut invocation = RESERVE.prepare_invoke();
             invocation.key(&gate.keys).arg(&args);
@@ -231,6 +227,29 @@ impl Reserver {
             .map(|d| d.map(|d| short_of_replicas(d, acked, &ids, took)))
             .collect())
     }
+}
+
+/// `reserve.lua`'s arguments for `asks`: the voucher, the outbox entry of every
+/// order ("id,user,created_ms,..."), then each order's user and mark
+/// ("id:created_ms"). The entry and the marks come from the same asks here, in one
+/// place: the script writes them as they are when it accepts every order.
+fn script_args(voucher: i64, asks: &[Ask]) -> Vec<String> {
+    use std::fmt::Write;
+    let mut args = Vec::with_capacity(2 + 2 * asks.len());
+    args.push(voucher.to_string());
+    let mut entry = String::with_capacity(48 * asks.len());
+    for (i, a) in asks.iter().enumerate() {
+        if i > 0 {
+            entry.push(',');
+        }
+        let _ = write!(entry, "{},{},{}", a.order_id, a.user_id, a.created_ms);
+    }
+    args.push(entry);
+    for a in asks {
+        args.push(a.user_id.to_string());
+        args.push(format!("{}:{}", a.order_id, a.created_ms));
+    }
+    args
 }
 
 /// The answer of an order whose call ended without one (its task was stopped, e.g.

@@ -11,7 +11,14 @@ fn script() -> redis::Script {
     redis::Script::new(include_str!("../../lua/reserve.lua"))
 }
 
-/// Runs the script for `asks` (user, order id) on shard 0 of `v`; the replies.
+/// The time the tests give order `id`.
+fn at(id: i64) -> i64 {
+    1_700_000_000_000i64 + id
+}
+
+/// Runs the script for `asks` (user, order id) on shard 0 of `v`, with its
+/// arguments as the service builds them (the voucher, the outbox entry of every
+/// order, each order's user and mark); the replies.
 async fn call(
     conn: &mut seckill::redis_conn::Conn,
     keys: &seckill::keys::Keys,
@@ -20,17 +27,52 @@ async fn call(
 ) -> Vec<Value> {
     let s = script();
     let mut inv = s.key(keys.stock_at(v, 0, 1));
+    let entry: Vec<String> = asks
+        .iter()
+        .map(|(user, id)| format!("{id},{user},{}", at(*id)))
+        .collect();
     inv.key(keys.buyers_at(v, 0, 1))
         .key(keys.admitted_at(v, 0, 1))
         .key(keys.outbox_at(v, 0, 1))
-        .arg(v);
+        .arg(v)
+        .arg(entry.join(","));
     for (user, id) in asks {
-        inv.arg(user).arg(id).arg(1_700_000_000_000i64 + id);
+        inv.arg(user).arg(format!("{id}:{}", at(*id)));
     }
     match inv.invoke_async(&mut *conn).await.unwrap() {
         Value::Array(replies) => replies,
         other => panic!("not one reply per order: {other:?}"),
     }
+}
+
+type Books = (i64, HashMap<String, String>, i64, redis::streams::StreamRangeReply);
+
+/// Shard 0's stock, marks, count of admitted orders and outbox.
+async fn books(conn: &mut seckill::redis_conn::Conn, keys: &seckill::keys::Keys, v: i64) -> Books {
+    redis::pipe()
+        .get(keys.stock_at(v, 0, 1))
+        .hgetall(keys.buyers_at(v, 0, 1))
+        .get(keys.admitted_at(v, 0, 1))
+        .cmd("XRANGE")
+        .arg(keys.outbox_at(v, 0, 1))
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// Each outbox entry's orders: (id, user, created_ms), checking its voucher.
+fn entries(v: i64, outbox: &redis::streams::StreamRangeReply) -> Vec<Vec<(i64, i64, i64)>> {
+    outbox
+        .ids
+        .iter()
+        .map(|e| {
+            let orders = seckill::outbox::entry::parse(e, 0).expect("an entry reserve.lua wrote");
+            assert!(orders.iter().all(|o| o.voucher_id == v));
+            orders.iter().map(|o| (o.id, o.user_id, o.created_ms)).collect()
+        })
+        .collect()
 }
 
 fn already(id: i64) -> Value {
@@ -76,22 +118,11 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
             Value::Int(-1),
         ]
     );
-    type Books = (i64, HashMap<String, String>, i64, redis::streams::StreamRangeReply);
-    let (stock, buyers, admitted, outbox): Books = redis::pipe()
-        .get(keys.stock_at(v, 0, 1))
-        .hgetall(keys.buyers_at(v, 0, 1))
-        .get(keys.admitted_at(v, 0, 1))
-        .cmd("XRANGE")
-        .arg(keys.outbox_at(v, 0, 1))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let (stock, buyers, admitted, outbox) = books(&mut conn, &keys, v).await;
     assert_eq!(stock, 0, "three units, three orders");
     // Each mark names the shopper's order and its time.
     let marks: HashMap<&str, &str> = buyers.iter().map(|(u, o)| (u.as_str(), o.as_str())).collect();
-    let mark = |id: i64| format!("{id}:{}", 1_700_000_000_000i64 + id);
+    let mark = |id: i64| format!("{id}:{}", at(id));
     let (m900, m101, m102) = (mark(900), mark(101), mark(102));
     assert_eq!(
         marks,
@@ -100,16 +131,10 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
     assert_eq!(admitted, 3, "the count of admitted orders: one per accepted order");
     // One outbox entry per call that accepted any order, carrying exactly the
     // call's accepted orders, in the call's order.
-    let entries: Vec<Vec<i64>> = outbox
-        .ids
-        .iter()
-        .map(|e| {
-            let orders = seckill::outbox::entry::parse(e, 0).expect("an entry reserve.lua wrote");
-            assert!(orders.iter().all(|o| o.voucher_id == v));
-            orders.iter().map(|o| o.id).collect()
-        })
-        .collect();
-    assert_eq!(entries, vec![vec![900], vec![101, 102]]);
+    assert_eq!(
+        entries(v, &outbox),
+        vec![vec![(900, 9, at(900))], vec![(101, 1, at(101)), (102, 2, at(102))]]
+    );
     // A later call: everyone refused, nothing written.
     assert_eq!(call(&mut conn, &keys, v, &[(6, 109)]).await, vec![Value::Int(-1)]);
     // A shard whose stock is not loaded: every order of the call is told so.
@@ -144,9 +169,9 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
         .key(keys.admitted_at(odd, 0, 1))
         .key(keys.outbox_at(odd, 0, 1))
         .arg(odd)
+        .arg(format!("301,1,{}", at(301)))
         .arg(1)
-        .arg(301)
-        .arg(1_700_000_000_000i64);
+        .arg(format!("301:{}", at(301)));
     let refused: redis::RedisResult<Value> = inv.invoke_async(&mut conn).await;
     assert!(refused.is_err(), "{refused:?}");
     let (marks, entries, stock): (i64, i64, String) = redis::pipe()
@@ -158,6 +183,63 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
         .await
         .unwrap();
     assert_eq!((marks, entries, stock.as_str()), (0, 0, "5.0"), "nothing written");
+}
+
+/// A call whose every order is accepted (distinct shoppers, none holding an order,
+/// stock for all) writes its arguments as they are: the marks, one outbox entry
+/// with every order, the count. Each condition that fails sends the call the
+/// order-by-order way, with the same answers a call of their own would give: the
+/// stock short by one, a shopper twice in the call, a shopper who holds an order.
+#[tokio::test]
+async fn a_call_accepting_every_order_and_each_way_out_of_it() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let keys = ns.keys();
+    let mut conn = app.redis().await;
+    let mark = |id: i64| format!("{id}:{}", at(id));
+    let v = app.flash_sale(5).await;
+    let replies = call(&mut conn, &keys, v, &[(1, 11), (2, 12), (3, 13)]).await;
+    assert_eq!(replies, vec![Value::Int(4), Value::Int(3), Value::Int(2)]);
+    // Exactly the units left: still every order.
+    let replies = call(&mut conn, &keys, v, &[(4, 14), (5, 15)]).await;
+    assert_eq!(replies, vec![Value::Int(1), Value::Int(0)]);
+    let (stock, buyers, admitted, outbox) = books(&mut conn, &keys, v).await;
+    assert_eq!((stock, admitted), (0, 5));
+    let want: HashMap<String, String> = (1..=5).map(|u| (u.to_string(), mark(10 + u))).collect();
+    assert_eq!(buyers, want);
+    assert_eq!(
+        entries(v, &outbox),
+        vec![
+            vec![(11, 1, at(11)), (12, 2, at(12)), (13, 3, at(13))],
+            vec![(14, 4, at(14)), (15, 5, at(15))]
+        ]
+    );
+    // One unit short: the last order is refused, the entry holds the others only.
+    let w = app.flash_sale(2).await;
+    let replies = call(&mut conn, &keys, w, &[(1, 21), (2, 22), (3, 23)]).await;
+    assert_eq!(replies, vec![Value::Int(1), Value::Int(0), Value::Int(-1)]);
+    let (stock, buyers, admitted, outbox) = books(&mut conn, &keys, w).await;
+    assert_eq!((stock, admitted, buyers.len()), (0, 2, 2));
+    assert_eq!(entries(w, &outbox), vec![vec![(21, 1, at(21)), (22, 2, at(22))]]);
+    // A shopper twice in one call, stock to spare: told of their first order.
+    let x = app.flash_sale(10).await;
+    let replies = call(&mut conn, &keys, x, &[(1, 31), (1, 32), (2, 33)]).await;
+    assert_eq!(replies, vec![Value::Int(9), already(31), Value::Int(8)]);
+    // A shopper who holds an order, among new ones.
+    let replies = call(&mut conn, &keys, x, &[(5, 41), (1, 42)]).await;
+    assert_eq!(replies, vec![Value::Int(7), already(31)]);
+    let (stock, buyers, admitted, outbox) = books(&mut conn, &keys, x).await;
+    assert_eq!((stock, admitted), (7, 3));
+    let want: HashMap<String, String> = [(1, 31), (2, 33), (5, 41)]
+        .into_iter()
+        .map(|(u, id)| (u.to_string(), mark(id)))
+        .collect();
+    assert_eq!(buyers, want);
+    assert_eq!(
+        entries(x, &outbox),
+        vec![vec![(31, 1, at(31)), (33, 2, at(33))], vec![(41, 5, at(41))]]
+    );
+    app.shutdown().await;
 }
 
 /// Orders of this instance's script calls, and the calls.
