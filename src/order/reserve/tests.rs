@@ -64,3 +64,40 @@ fn short_of_replicas_nothing_of_the_call_is_acknowledged() {
     );
     assert_eq!(short(Reservation::NotLoaded), Reservation::NotLoaded);
 }
+
+/// The script writes the call's entry (ARGV[2]) and marks as they are when it
+/// accepts every order: both must name the same orders, in the call's order, as
+/// the relay reads the entry back.
+#[test]
+fn the_calls_entry_and_marks_name_the_same_orders() {
+    let asks: Vec<Ask> = (0..3)
+        .map(|i| Ask {
+            user_id: 10 + i,
+            order_id: 392_993_493_313_650_689 + i,
+            created_ms: 1_764_000_000_000 + i,
+        })
+        .collect();
+    let args = script_args(7, &asks);
+    assert_eq!(args.len(), 2 + 2 * asks.len());
+    assert_eq!(args[0], "7");
+    let entry = redis::streams::StreamId {
+        id: "1-0".into(),
+        map: [
+            ("v".to_owned(), redis::Value::BulkString(args[0].clone().into_bytes())),
+            ("b".to_owned(), redis::Value::BulkString(args[1].clone().into_bytes())),
+        ]
+        .into(),
+        ..Default::default()
+    };
+    let read = crate::outbox::entry::parse(&entry, 0).expect("an entry the relay reads");
+    for (i, a) in asks.iter().enumerate() {
+        let o = &read[i];
+        assert_eq!(
+            (o.id, o.user_id, o.voucher_id, o.created_ms),
+            (a.order_id, a.user_id, 7, a.created_ms)
+        );
+        assert_eq!(args[2 + 2 * i], a.user_id.to_string());
+        assert_eq!(args[3 + 2 * i], format!("{}:{}", a.order_id, a.created_ms));
+    }
+    assert_eq!(read.len(), asks.len());
+}
