@@ -53,7 +53,7 @@ run() {
   local calls=$((REQUESTS / per))
   local rps
   rps=$(redis-benchmark -p "$PORT" -n "$calls" -c 50 -P 4 -r 1000000000 -q --csv \
-    EVALSHA "$sha" 4 '{v1}:stock' '{v1}:buyers' '{v1}:orders' '{v1}:outbox' "${args[@]}" |
+    EVALSHA "$sha" 4 '{v1}:stock' '{v1}:buyers' '{v1}:admitted' '{v1}:outbox' "${args[@]}" |
     tail -1 | grep -o '","[0-9.]*"' | head -1 | tr -d '",')
   local usec
   usec=$(cli info commandstats | grep '^cmdstat_evalsha:' | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')

@@ -73,8 +73,9 @@ pub(crate) fn print_redis_cost(before: &BTreeMap<String, u64>, after: &BTreeMap<
         }
     }
     // Redis counts the commands a script runs as well as the EVALSHA itself; these
-    // are the ones only reserve.lua runs on this path.
-    let inside: u64 = ["get", "hexists", "decr", "hset", "xadd"]
+    // are the ones only reserve.lua runs on this path (HEXISTS and DECR: an
+    // older script's).
+    let inside: u64 = ["get", "hexists", "hmget", "decr", "decrby", "hset", "incrby", "xadd"]
         .iter()
         .filter_map(|c| delta.get(c))
         .sum();

@@ -18,7 +18,7 @@ pub async fn by_id(db: impl PgExecutor<'_>, order_id: i64) -> Result<Option<Orde
         .await
 }
 
-/// Where an order may be: Postgres, or (pending) the Redis index of its sale.
+/// Where an order may be: Postgres, or (pending) its shopper's mark in Redis.
 #[derive(Clone)]
 pub struct Lookup {
     pub pg: PgPool,
@@ -31,11 +31,17 @@ impl Lookup {
     /// The order from Postgres, or pending in Redis. `owner`: the shopper asking
     /// (an order of someone else's is not theirs to see, so only their shard of each
     /// sale is read); None for an admin, who may see anyone's (every shard).
+    ///
+    /// Postgres is read again when Redis has no mark naming the order: it may have
+    /// been stored, and its mark removed by a cancellation, between the two reads.
     pub async fn find(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
-        match by_id(&self.pg, order_id).await? {
-            Some(o) => Ok(Some(o)),
-            None => self.pending_by_id(order_id, owner).await,
+        if let Some(o) = by_id(&self.pg, order_id).await? {
+            return Ok(Some(o));
         }
+        if let Some(o) = self.pending_by_id(order_id, owner).await? {
+            return Ok(Some(o));
+        }
+        Ok(by_id(&self.pg, order_id).await?)
     }
 
     /// Finds a pending order by id among the flash sales whose window contains the

@@ -7,8 +7,9 @@
 //! - still on sale in Redis (the stock key; for a sharded sale, a shard's stock key
 //!   or in transit between two shards: given by one, not yet taken by the other);
 //! - in an order Redis admitted that has not reached Postgres yet (in the outbox,
-//!   in RabbitMQ, in a worker's hands): the orders Redis ever admitted (its orders
-//!   hash) minus the orders Postgres holds, whatever their status;
+//!   in RabbitMQ, in a worker's hands): the orders Redis ever admitted (its
+//!   `admitted` counter, plus the `orders` hash an older version kept) minus the
+//!   orders Postgres holds, whatever their status;
 //! - in a live order in Postgres (`created` or `paid`).
 //!
 //! A cancelled order's unit went back to Redis (its stock key and its `returned`
