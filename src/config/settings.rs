@@ -47,7 +47,8 @@ pub struct Settings {
     pub body_limit: usize,
     /// Deadline of every single Redis, Postgres or RabbitMQ call.
     pub dependency_timeout: Duration,
-    /// Outbox entries a relay reads (and publishes as one message) at most.
+    /// Orders a relay reads per outbox, about, and publishes per message: from
+    /// `relay_batch` to twice that, less, one message, if a round read fewer.
     pub relay_batch: usize,
     /// How long the relay lets orders gather after a round that found less than a
     /// full batch (`SECKILL_RELAY_LINGER_MS`, default 50; 0: none).
