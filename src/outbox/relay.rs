@@ -316,7 +316,7 @@ fn messages(total: usize, batch: usize) -> impl Iterator<Item = std::ops::Range<
 
 #[cfg(test)]
 mod message_tests {
-    use super::messages;
+    use crate::outbox::relay::messages;
 
     #[test]
     fn a_round_is_split_into_messages_of_batch_to_twice_batch() {
