@@ -47,8 +47,8 @@ pub struct Settings {
     pub body_limit: usize,
     /// Deadline of every single Redis, Postgres or RabbitMQ call.
     pub dependency_timeout: Duration,
-    /// Orders a relay reads per outbox, about, and publishes per message: from
-    /// `relay_batch` to twice that, less, one message, if a round read fewer.
+    /// Orders a relay reads per outbox, about; a message carries `relay_batch` to
+    /// `2 × relay_batch − 1` of them (one message if the round read fewer).
     pub relay_batch: usize,
     /// How long the relay lets orders gather after a round that found less than a
     /// full batch (`SECKILL_RELAY_LINGER_MS`, default 50; 0: none).

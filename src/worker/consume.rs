@@ -154,7 +154,8 @@ impl Worker {
                 }
             }
         }
-        // Keep transactions to the configured size: split into chunks of whole messages.
+        // Keep transactions to the configured size: split into chunks of whole
+        // messages (a message larger than the size is a transaction of its own).
         let mut start = 0;
         while start < good.len() {
             let mut end = start;
