@@ -43,7 +43,7 @@
 --
 -- Why a count and no index by order id: the shopper's mark already names the order
 -- and its time, which is all an owner's lookup needs. A second hash entry per order
--- (order id -> shopper) cost Redis a fifth to a third of the script's time
+-- (order id -> shopper) cost about a fifth of Redis's CPU per order in a cost run
 -- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
 -- now, and an admin's lookup of an order not yet in Postgres, which scans the
 -- marks now (src/order/status.rs).
