@@ -83,6 +83,134 @@ async fn the_database_guard_classifies_duplicates_overstock_and_second_orders() 
     app.shutdown().await;
 }
 
+/// The one index on a voucher's orders (migration 0019) keeps the rule of one
+/// live order per shopper and voucher: a cancelled order frees its shopper, a
+/// created or paid one does not, and orders that are not live (cancelled, failed)
+/// never refuse each other. Batches of one shopper's orders persisted at once
+/// store exactly one of them live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_live_order_per_shopper_across_cancellations_and_parallel_batches() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (v, w) = (app.flash_sale(100).await, app.flash_sale(100).await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: voucher,
+        created_ms: now + id,
+        epoch,
+    };
+    let ctx = ctx(&app);
+    let counts = |o: seckill::worker::persist::Outcome| (o.created, o.duplicates, o.failed);
+    let set_status = |id: i64, status: &'static str| {
+        let pg = app.pg().clone();
+        async move {
+            sqlx::query("UPDATE voucher_orders SET status = $2 WHERE id = $1")
+                .bind(id)
+                .bind(status)
+                .execute(&pg)
+                .await
+                .unwrap();
+        }
+    };
+
+    assert_eq!(counts(persist(&ctx, &[msg(1, 7, v)]).await.unwrap()), (1, 0, 0));
+    // The same shopper on another voucher is another key.
+    assert_eq!(counts(persist(&ctx, &[msg(2, 7, w)]).await.unwrap()), (1, 0, 0));
+    assert_eq!(
+        counts(persist(&ctx, &[msg(3, 7, v)]).await.unwrap()),
+        (0, 0, 1),
+        "a second live order"
+    );
+    set_status(1, "cancelled").await;
+    assert_eq!(
+        counts(persist(&ctx, &[msg(4, 7, v)]).await.unwrap()),
+        (1, 0, 0),
+        "a cancelled order frees its shopper"
+    );
+    set_status(4, "paid").await;
+    assert_eq!(
+        counts(persist(&ctx, &[msg(5, 7, v)]).await.unwrap()),
+        (0, 0, 1),
+        "a paid order is live"
+    );
+    set_status(4, "cancelled").await;
+    assert_eq!(counts(persist(&ctx, &[msg(6, 7, v)]).await.unwrap()), (1, 0, 0));
+    // Two cancelled and two failed orders of one shopper stand side by side; a
+    // status change to one that is live again is refused while another is live.
+    let again = sqlx::query("UPDATE voucher_orders SET status = 'created' WHERE id = 1")
+        .execute(app.pg())
+        .await
+        .expect_err("a second live order of shopper 7 by an update");
+    assert_eq!(
+        again.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("23505")
+    );
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, status FROM voucher_orders WHERE user_id = 7 AND voucher_id = $1 ORDER BY id")
+            .bind(v)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    let rows: Vec<(i64, &str)> = rows.iter().map(|(i, s)| (*i, s.as_str())).collect();
+    assert_eq!(
+        rows,
+        vec![
+            (1, "cancelled"),
+            (3, "failed"),
+            (4, "cancelled"),
+            (5, "failed"),
+            (6, "created")
+        ]
+    );
+
+    // Eight batches at once, each with an order of each of shoppers 1000..1010 on
+    // w: one order per shopper is created, the other seven are failed.
+    let batches: Vec<Vec<OrderMsg>> = (0..8)
+        .map(|b| (0..10).map(|u| msg(100 + b * 10 + u, 1000 + u, w)).collect())
+        .collect();
+    let runs = batches.iter().map(|b| {
+        let ctx = ctx.clone();
+        let b = b.clone();
+        tokio::spawn(async move {
+            loop {
+                match persist(&ctx, &b).await {
+                    Ok(o) => return o,
+                    // Two batches waiting on each other's rows (a deadlock): the
+                    // worker retries such a failure.
+                    Err(e) if e.is_transient() => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+    });
+    let (mut created, mut failed) = (0, 0);
+    for r in futures::future::join_all(runs).await {
+        let o = r.unwrap();
+        created += o.created;
+        failed += o.failed;
+    }
+    assert_eq!((created, failed), (10, 70));
+    let live: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, count(*) FROM voucher_orders
+          WHERE voucher_id = $1 AND user_id >= 1000 AND status = 'created' GROUP BY user_id ORDER BY user_id",
+    )
+    .bind(w)
+    .fetch_all(app.pg())
+    .await
+    .unwrap();
+    assert_eq!(live, (1000..1010).map(|u| (u, 1)).collect::<Vec<_>>());
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(w)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stock, 100 - 1 - 10, "the stock follows the orders created");
+    app.shutdown().await;
+}
+
 /// The worker's backstop should ids or numbers ever be issued twice anyway: an
 /// order whose id another order holds is stored under a fresh id (findable by the
 /// id its shopper holds), an order whose number is taken is numbered again; both

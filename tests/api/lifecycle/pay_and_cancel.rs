@@ -73,6 +73,22 @@ async fn an_unpaid_order_is_cancelled_at_the_end_of_its_window_and_its_stock_goe
     let (status, again) = app.order(v, 20).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{again}");
     assert_ne!(again["order_id"].as_str().unwrap(), id);
+    // And Postgres stores it live, not failed: the cancelled order no longer
+    // holds the shopper's place in the one-live-order index. (Its own payment
+    // window may have closed by the time it is read: cancelled, then.)
+    let again = again["order_id"].as_str().unwrap().to_owned();
+    let stored = eventually(Duration::from_secs(15), || async {
+        let (_, o) = app
+            .get(&format!("/api/v1/orders/{again}"), Some(&app.shopper(20)))
+            .await;
+        (o["status"] != "pending").then_some(o)
+    })
+    .await
+    .expect("the second order persisted");
+    assert!(
+        stored["status"] == "created" || stored["status"] == "cancelled",
+        "{stored}"
+    );
     app.shutdown().await;
 }
 
