@@ -5,6 +5,24 @@ use std::collections::HashMap;
 
 const UNIQUE_VIOLATION: &str = "23505";
 
+/// The rows of [`Columns`], one parameter per column.
+const INSERT: &str = "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
+     SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::bigint[])";
+
+/// `q` (a query of [`INSERT`]) with the columns of `c` bound in order.
+macro_rules! bind_columns {
+    ($q:expr, $c:expr) => {
+        $q.bind(&$c.id)
+            .bind(&$c.user)
+            .bind(&$c.voucher)
+            .bind(&$c.created_at)
+            .bind(&$c.status)
+            .bind(&$c.order_no)
+            .bind(&$c.failure)
+            .bind(&$c.issued)
+    };
+}
+
 /// Column arrays for one `INSERT ... SELECT FROM UNNEST(...)`.
 #[derive(Default)]
 pub struct Columns {
@@ -58,10 +76,11 @@ impl Columns {
     /// inserted, the others skipped for the caller to settle.
     pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-        match self.insert_with(tx, "").await {
-            Ok(rows) => {
+        match self.insert_all(tx).await {
+            Ok(()) => {
                 sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-                Ok(rows)
+                // Every row went in, each with the status it was given.
+                Ok(self.id.iter().copied().zip(self.status.iter().cloned()).collect())
             }
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT fresh_orders")
@@ -73,27 +92,27 @@ impl Columns {
         }
     }
 
+    /// Inserts every row or none (an error): no row comes back, as the caller
+    /// knows them all.
+    async fn insert_all(&self, tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+        let done = bind_columns!(sqlx::query(INSERT), self).execute(&mut *tx).await?;
+        if done.rows_affected() != self.id.len() as u64 {
+            return Err(sqlx::Error::Protocol(format!(
+                "inserted {} of {} orders without a conflict",
+                done.rows_affected(),
+                self.id.len()
+            )));
+        }
+        Ok(())
+    }
+
     async fn insert_with(
         &self,
         tx: &mut sqlx::PgConnection,
         on_conflict: &str,
     ) -> Result<HashMap<i64, String>, sqlx::Error> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(&format!(
-            "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
-             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-             {on_conflict}
-             RETURNING id, status"
-        ))
-        .bind(&self.id)
-        .bind(&self.user)
-        .bind(&self.voucher)
-        .bind(&self.created_at)
-        .bind(&self.status)
-        .bind(&self.order_no)
-        .bind(&self.failure)
-        .bind(&self.issued)
-        .fetch_all(&mut *tx)
-        .await?;
+        let sql = format!("{INSERT} {on_conflict} RETURNING id, status");
+        let rows: Vec<(i64, String)> = bind_columns!(sqlx::query_as(&sql), self).fetch_all(&mut *tx).await?;
         Ok(rows.into_iter().collect())
     }
 }
