@@ -76,34 +76,30 @@ impl Columns {
     /// inserted, the others skipped for the caller to settle.
     pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-        match self.insert_all(tx).await {
-            Ok(()) => {
+        // No row comes back: when every row went in, each has the status it was
+        // given.
+        match bind_columns!(sqlx::query(INSERT), self).execute(&mut *tx).await {
+            Ok(done) if done.rows_affected() == self.id.len() as u64 => {
                 sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-                // Every row went in, each with the status it was given.
                 Ok(self.id.iter().copied().zip(self.status.iter().cloned()).collect())
             }
+            // Fewer rows than given without an error (never expected: nothing on
+            // the table drops a row) is settled as a conflict is, from what the
+            // tolerant insert reports.
+            Ok(_) => self.insert_again(tx).await,
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
-                sqlx::query("ROLLBACK TO SAVEPOINT fresh_orders")
-                    .execute(&mut *tx)
-                    .await?;
-                self.insert_with(tx, "ON CONFLICT DO NOTHING").await
+                self.insert_again(tx).await
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Inserts every row or none (an error): no row comes back, as the caller
-    /// knows them all.
-    async fn insert_all(&self, tx: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-        let done = bind_columns!(sqlx::query(INSERT), self).execute(&mut *tx).await?;
-        if done.rows_affected() != self.id.len() as u64 {
-            return Err(sqlx::Error::Protocol(format!(
-                "inserted {} of {} orders without a conflict",
-                done.rows_affected(),
-                self.id.len()
-            )));
-        }
-        Ok(())
+    /// Back to the savepoint, then the rows no constraint refuses.
+    async fn insert_again(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+        sqlx::query("ROLLBACK TO SAVEPOINT fresh_orders")
+            .execute(&mut *tx)
+            .await?;
+        self.insert_with(tx, "ON CONFLICT DO NOTHING").await
     }
 
     async fn insert_with(
