@@ -27,6 +27,7 @@ mod limits;
 mod locks;
 mod memory_alarm;
 mod mixed_faults;
+mod order_indexes;
 mod orders;
 mod pause;
 mod persist;
