@@ -2,8 +2,8 @@
 -- order). A profile of the worker's drain found more than half of Postgres's time
 -- in inserting the orders' index entries, and the worker inserts every accepted
 -- order. Inserting 200,000 orders with psql on a copy of the schema, three runs
--- each (docs/PERFORMANCE.md): 2.43 s before, 2.13 s with the first change below,
--- 1.65 s with both (medians).
+-- each (docs/PERFORMANCE.md): 2.43 s before, 2.13 s with the one index of 2.
+-- below, 1.65 s with 1. as well (medians).
 --
 -- The file runs as one transaction. Its first statement takes voucher_orders'
 -- ACCESS EXCLUSIVE lock, which the rest would take anyway: a migration that
