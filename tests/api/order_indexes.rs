@@ -6,7 +6,6 @@
 //! with it.
 use crate::helpers::*;
 use sqlx::PgPool;
-use std::time::Duration;
 
 const UNIQUE_VIOLATION: &str = "23505";
 
@@ -56,20 +55,11 @@ fn code(e: &sqlx::Error) -> Option<String> {
     e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned())
 }
 
-async fn voucher(pg: &PgPool) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO vouchers (shop_id, title, pay_value, actual_value) VALUES (1, 'v', 1, 1) RETURNING id",
-    )
-    .fetch_one(pg)
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn the_migration_applies_to_orders_the_old_indexes_allowed_and_keeps_their_rule() {
     let ns = Namespace::new().await;
     let pg = database_before_0019(&ns).await;
-    let (v, w) = (voucher(&pg).await, voucher(&pg).await);
+    let (v, w) = (insert_voucher_row(&pg).await, insert_voucher_row(&pg).await);
     // Everything the old indexes allowed, for one shopper and voucher: cancelled
     // and failed orders side by side with one live order; the same shopper live
     // on another voucher.
@@ -141,7 +131,7 @@ async fn the_migration_applies_to_orders_the_old_indexes_allowed_and_keeps_their
 async fn the_migration_and_a_cancellation_racing_both_finish() {
     let ns = Namespace::new().await;
     let pg = database_before_0019(&ns).await;
-    let v = voucher(&pg).await;
+    let v = insert_voucher_row(&pg).await;
     order(&pg, 1, 7, v, "created").await.unwrap();
     // A cancellation as `lifecycle` makes one: it reads the order's voucher, then
     // (here, once the migration waits for it) updates the order.
@@ -155,24 +145,7 @@ async fn the_migration_and_a_cancellation_racing_both_finish() {
         let pg = pg.clone();
         tokio::spawn(async move { sqlx::migrate!("./migrations").run(&pg).await })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&pg)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the migration never waited for the cancellation"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_one_waits_for_a_lock(&pg).await;
     sqlx::query("UPDATE voucher_orders SET status = 'cancelled', cancelled_at = now() WHERE id = 1")
         .execute(&mut *cancel)
         .await

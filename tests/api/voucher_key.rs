@@ -5,7 +5,6 @@
 //! the other, never both win.
 use crate::helpers::*;
 use sqlx::{PgPool, Postgres};
-use std::time::Duration;
 
 const FOREIGN_KEY_VIOLATION: &str = "23503";
 
@@ -15,15 +14,6 @@ async fn database(ns: &Namespace) -> PgPool {
     let pg = PgPool::connect(&ns.vars["DATABASE_URL"]).await.unwrap();
     sqlx::migrate!("./migrations").run(&pg).await.unwrap();
     pg
-}
-
-async fn voucher<'e>(pg: impl sqlx::Executor<'e, Database = Postgres>) -> i64 {
-    sqlx::query_scalar(
-        "INSERT INTO vouchers (shop_id, title, pay_value, actual_value) VALUES (1, 'v', 1, 1) RETURNING id",
-    )
-    .fetch_one(pg)
-    .await
-    .unwrap()
 }
 
 /// Inserts one `created` order per (id, voucher) in one statement.
@@ -38,28 +28,6 @@ async fn insert<'e>(pg: impl sqlx::Executor<'e, Database = Postgres>, rows: &[(i
     .execute(pg)
     .await
     .map(|r| r.rows_affected())
-}
-
-/// Waits until a backend of this test's database waits for a lock: the statement
-/// spawned last has reached the row the open transaction holds.
-async fn until_one_waits_for_a_lock(pg: &PgPool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(pg)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no statement waited for the open transaction's lock"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn refused_by_the_key<T: std::fmt::Debug>(r: Result<T, sqlx::Error>) {
@@ -80,7 +48,11 @@ async fn orders(pg: &PgPool) -> i64 {
 async fn orders_name_vouchers_that_exist_and_vouchers_with_orders_stay() {
     let ns = Namespace::new().await;
     let pg = database(&ns).await;
-    let (v, w, unordered) = (voucher(&pg).await, voucher(&pg).await, voucher(&pg).await);
+    let (v, w, unordered) = (
+        insert_voucher_row(&pg).await,
+        insert_voucher_row(&pg).await,
+        insert_voucher_row(&pg).await,
+    );
     assert_eq!(insert(&pg, &[(1, v), (2, w), (3, v)]).await.unwrap(), 3);
     // One row of a statement naming a missing voucher fails the whole statement.
     refused_by_the_key(insert(&pg, &[(4, v), (5, w + unordered + 1000)]).await);
@@ -133,7 +105,7 @@ async fn orders_name_vouchers_that_exist_and_vouchers_with_orders_stay() {
 async fn an_insert_and_the_deletion_of_its_voucher_never_both_succeed() {
     let ns = Namespace::new().await;
     let pg = database(&ns).await;
-    let (v, w) = (voucher(&pg).await, voucher(&pg).await);
+    let (v, w) = (insert_voucher_row(&pg).await, insert_voucher_row(&pg).await);
 
     let mut inserting = pg.begin().await.unwrap();
     insert(&mut *inserting, &[(1, v)]).await.unwrap();

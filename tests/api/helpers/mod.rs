@@ -4,10 +4,13 @@
 //! [`TestApp::builder`] (`app.rs`). The services are the ones `REDIS_URL`,
 //! `AMQP_URL` and `TEST_ADMIN_DATABASE_URL` name, by default the machine's own.
 //! `sale.rs` drives and checks a sale: waves of shoppers, Redis epochs, the audit.
+//! `pg.rs` serves the tests of Postgres's own rules.
 mod app;
+mod pg;
 mod sale;
 
 pub use app::TestApp;
+pub use pg::*;
 pub use sale::*;
 
 use seckill::broker::Broker;
