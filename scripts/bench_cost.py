@@ -112,16 +112,20 @@ def redis_cli(*args):
     """One redis-cli call at REDIS_URL; its output. Fails loudly: a command this
     redis-cli does not know (it exits 1) must not read as an empty answer."""
     r = subprocess.run(["redis-cli", "-u", REDIS_URL, *args], capture_output=True, text=True)
-    if r.returncode != 0 or r.stdout.startswith("ERR") or "Unrecognized option" in r.stderr:
+    if r.returncode != 0 or r.stdout.startswith("ERR"):
         raise SystemExit(f"redis-cli {' '.join(args)} failed: {r.stdout.strip()} {r.stderr.strip()}")
     return r.stdout
 
 
 def outbox_backlog(ns):
     """Entries in the namespace's outbox streams: orders the relay has not yet
-    published (an entry leaves its stream once RabbitMQ confirmed it)."""
+    published (an entry leaves its stream once RabbitMQ confirmed it; the stream
+    stays, empty). A sale that took orders has one at least: finding none means the
+    keys were not found, which must not read as an empty backlog."""
     keys = redis_cli("--scan", "--pattern", f"*{ns}*").split()
     streams = [k for k in keys if redis_cli("TYPE", k).strip() == "stream"]
+    if not streams:
+        raise SystemExit(f"no outbox stream found for namespace {ns}")
     return sum(int(redis_cli("XLEN", k).strip() or 0) for k in streams)
 
 
