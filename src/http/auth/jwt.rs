@@ -1,9 +1,10 @@
 //! Signing and verifying tokens: the claims, the [`TokenPolicy`] a token must
 //! satisfy and the [`JwtKeys`] of one HS256 secret.
 use super::caller::{Caller, Role};
+use super::hs256::{Hs256, Refusal};
 use super::recent::RecentTokens;
 use crate::http::ApiError;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde::{Deserialize, Serialize};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,6 +20,15 @@ pub(super) struct Claims {
     pub(super) iss: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) aud: Option<String>,
+    /// Not before: checked when present (this service mints none); `null` is
+    /// refused, as jsonwebtoken refused it.
+    #[serde(default, deserialize_with = "present_u64", skip_serializing_if = "Option::is_none")]
+    pub(super) nbf: Option<u64>,
+}
+
+/// A claim that may be absent (`#[serde(default)]`) but, when present, is a number.
+fn present_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    u64::deserialize(d).map(Some)
 }
 
 /// What a token must satisfy beyond its signature and `exp`.
@@ -56,8 +66,7 @@ impl TokenPolicy {
 /// Signs and verifies tokens with one HS256 secret.
 pub struct JwtKeys {
     encoding: EncodingKey,
-    decoding: DecodingKey,
-    validation: Validation,
+    hs256: Hs256,
     policy: TokenPolicy,
     /// Tokens verified lately (see [`recent`]).
     pub(super) recent: RecentTokens,
@@ -82,27 +91,9 @@ impl JwtKeys {
     }
 
     pub fn with_policy(secret: &str, policy: TokenPolicy) -> Self {
-        let mut validation = Validation::new(Algorithm::HS256);
-        // No grace period: an expired token is expired, a token not yet valid is not.
-        validation.leeway = 0;
-        validation.validate_nbf = true;
-        let mut required = vec!["exp", "sub"];
-        if let Some(iss) = &policy.issuer {
-            validation.set_issuer(&[iss]);
-            required.push("iss");
-        }
-        match &policy.audience {
-            Some(aud) => {
-                validation.set_audience(&[aud]);
-                required.push("aud");
-            }
-            None => validation.validate_aud = false,
-        }
-        validation.set_required_spec_claims(&required);
         Self {
             encoding: EncodingKey::from_secret(secret.as_bytes()),
-            decoding: DecodingKey::from_secret(secret.as_bytes()),
-            validation,
+            hs256: Hs256::new(secret.as_bytes()),
             policy,
             recent: RecentTokens::new(),
         }
@@ -127,9 +118,41 @@ impl JwtKeys {
             iat: Some(now),
             iss: self.policy.issuer.clone(),
             aud: self.policy.audience.clone(),
+            nbf: None,
         };
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .expect("HS256 signing cannot fail")
+    }
+
+    /// The claims of a token signed with this secret that holds at `now`: `exp`
+    /// (required) not passed, `nbf` (if any) reached, no leeway either way; `iss`
+    /// and `aud` as the policy requires (`aud` ignored when it requires none).
+    pub(super) fn claims(&self, token: &str, now: u64) -> Result<Claims, Refusal> {
+        let json = self.hs256.claims_of(token)?;
+        let claims: Claims = serde_json::from_slice(&json).map_err(|_| "claims are not as expected")?;
+        if claims.exp < now {
+            return Err("expired");
+        }
+        if claims.nbf.is_some_and(|nbf| nbf > now) {
+            return Err("not valid yet (nbf)");
+        }
+        if self
+            .policy
+            .issuer
+            .as_ref()
+            .is_some_and(|iss| claims.iss.as_ref() != Some(iss))
+        {
+            return Err("wrong or missing issuer");
+        }
+        if self
+            .policy
+            .audience
+            .as_ref()
+            .is_some_and(|aud| claims.aud.as_ref() != Some(aud))
+        {
+            return Err("wrong or missing audience");
+        }
+        Ok(claims)
     }
 
     /// The caller a token names, or 401.
@@ -139,27 +162,28 @@ impl JwtKeys {
             return Ok(c);
         }
         let now = unix_now();
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .map_err(|e| ApiError::unauthorized(format!("invalid token: {e}")))?;
+        let claims = self
+            .claims(token, now)
+            .map_err(|why| ApiError::unauthorized(format!("invalid token: {why}")))?;
         // From its issue to its expiry, and from now to its expiry: an `iat` set
         // just before `exp` must not carry a token years into the future.
-        let lifetime = data.claims.exp.saturating_sub(data.claims.iat.unwrap_or(now).min(now));
+        let lifetime = claims.exp.saturating_sub(claims.iat.unwrap_or(now).min(now));
         if lifetime > self.policy.max_ttl_secs {
             return Err(ApiError::unauthorized(format!(
                 "invalid token: it lives {lifetime} s, longer than the {} s allowed",
                 self.policy.max_ttl_secs
             )));
         }
-        let user_id = crate::id::parse_str(&data.claims.sub)
-            .map_err(|e| ApiError::unauthorized(format!("invalid token: sub {e}")))?;
-        let role = match data.claims.role.as_deref() {
+        let user_id =
+            crate::id::parse_str(&claims.sub).map_err(|e| ApiError::unauthorized(format!("invalid token: sub {e}")))?;
+        let role = match claims.role.as_deref() {
             None => Role::Shopper,
             Some(r) => {
                 Role::parse(r).ok_or_else(|| ApiError::unauthorized(format!("invalid token: unknown role {r:?}")))?
             }
         };
         let caller = Caller { user_id, role };
-        self.recent.put(token, caller, data.claims.exp);
+        self.recent.put(token, caller, claims.exp);
         Ok(caller)
     }
 }

@@ -6,6 +6,7 @@
 //! [`roles`]; the caller comes from [`extract`], the keys from [`jwt`].
 mod caller;
 mod extract;
+mod hs256;
 mod jwt;
 mod recent;
 mod roles;
