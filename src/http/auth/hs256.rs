@@ -11,11 +11,12 @@
 //!
 //! What it accepts is what `jsonwebtoken::decode` with this service's
 //! `Validation` accepted (`tests.rs` holds the two side by side on crafted
-//! tokens), except a non-integer `nbf`, which it refuses.
+//! tokens), except a non-integer `nbf`, which it refuses. A header other than the
+//! minted one is parsed as jsonwebtoken parsed it (its `Header`), and both parts
+//! must be JSON objects (serde would also read a struct from a JSON array).
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
 use sha2::Sha256;
 
 /// The header of a token this service mints, as jsonwebtoken writes it.
@@ -26,13 +27,6 @@ const SIGNATURE_CHARS: usize = 64;
 
 /// Why a token was refused (its signature, its shape, or a claim).
 pub(super) type Refusal = &'static str;
-
-/// The part of a header that decides: its algorithm.
-#[derive(Deserialize)]
-struct HeaderAlg<'a> {
-    #[serde(borrow)]
-    alg: std::borrow::Cow<'a, str>,
-}
 
 /// Verifies HS256 signatures with one secret.
 pub(super) struct Hs256 {
@@ -62,8 +56,11 @@ impl Hs256 {
         };
         if header != self.minted_header {
             let json = URL_SAFE_NO_PAD.decode(header).map_err(|_| "header is not base64url")?;
-            let h: HeaderAlg = serde_json::from_slice(&json).map_err(|_| "header is not a JWT header")?;
-            if h.alg != "HS256" {
+            if !is_object(&json) {
+                return Err("header is not a JSON object");
+            }
+            let h: jsonwebtoken::Header = serde_json::from_slice(&json).map_err(|_| "header is not a JWT header")?;
+            if h.alg != jsonwebtoken::Algorithm::HS256 {
                 return Err("algorithm is not HS256");
             }
         }
@@ -79,8 +76,17 @@ impl Hs256 {
         mac.update(b".");
         mac.update(claims.as_bytes());
         mac.verify_slice(&sig[..n]).map_err(|_| "signature does not match")?;
-        URL_SAFE_NO_PAD.decode(claims).map_err(|_| "claims are not base64url")
+        let json = URL_SAFE_NO_PAD.decode(claims).map_err(|_| "claims are not base64url")?;
+        if !is_object(&json) {
+            return Err("claims are not a JSON object");
+        }
+        Ok(json)
     }
+}
+
+/// Whether `json` can only be a JSON object (the parser checks the rest).
+fn is_object(json: &[u8]) -> bool {
+    json.trim_ascii_start().first() == Some(&b'{')
 }
 
 #[cfg(test)]

@@ -129,6 +129,22 @@ fn reference_validation(policy: &TokenPolicy) -> jsonwebtoken::Validation {
     v
 }
 
+/// The claims as they were before `hs256` (no `nbf`): what jsonwebtoken decoded.
+#[derive(Debug, serde::Deserialize)]
+#[allow(dead_code)]
+struct OldClaims {
+    sub: String,
+    exp: u64,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    iat: Option<u64>,
+    #[serde(default)]
+    iss: Option<String>,
+    #[serde(default)]
+    aud: Option<String>,
+}
+
 fn b64(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
@@ -231,6 +247,31 @@ fn the_one_pass_verifier_accepts_exactly_what_jsonwebtoken_accepted() {
         ("empty", String::new()),
         ("padded header", format!("{head}=.{body}.{sig}")),
         ("standard base64 alphabet", minted.replace('-', "+").replace('_', "/")),
+        ("claims a JSON array", hand_signed(s, hs, &format!(r#"["7",{soon}]"#))),
+        ("header a JSON array", hand_signed(s, r#"["HS256"]"#, &claims(""))),
+        (
+            "header kid a number",
+            hand_signed(s, r#"{"alg":"HS256","kid":5}"#, &claims("")),
+        ),
+        (
+            "header jwk a number",
+            hand_signed(s, r#"{"alg":"HS256","jwk":1}"#, &claims("")),
+        ),
+        (
+            "header with spaces",
+            hand_signed(s, r#" { "alg" : "HS256" } "#, &claims("")),
+        ),
+        (
+            "exp a float",
+            hand_signed(s, hs, &format!(r#"{{"sub":"7","exp":{soon}.0}}"#)),
+        ),
+        (
+            "iat a float",
+            hand_signed(s, hs, &claims(&format!(r#","iat":{past}.5"#))),
+        ),
+        ("role admin", hand_signed(s, hs, &claims(r#","role":"admin""#))),
+        ("signature of 44 characters", format!("{minted}A")),
+        ("signature of 70 characters", format!("{minted}{}", "A".repeat(27))),
     ];
     let policies = [
         TokenPolicy {
@@ -252,6 +293,11 @@ fn the_one_pass_verifier_accepts_exactly_what_jsonwebtoken_accepted() {
         ("no aud", scoped(r#","iss":"shop""#)),
         ("aud a list", scoped(r#","iss":"shop","aud":["seckill"]"#)),
         ("iss null", scoped(r#","iss":null,"aud":"seckill""#)),
+        ("iss a list", scoped(r#","iss":["shop"],"aud":"seckill""#)),
+        (
+            "claims a JSON array with iss and aud",
+            hand_signed(s, hs, &format!(r#"["7",{soon},null,null,"shop","seckill"]"#)),
+        ),
     ];
     let mut accepted = 0;
     for policy in policies {
@@ -260,8 +306,8 @@ fn the_one_pass_verifier_accepts_exactly_what_jsonwebtoken_accepted() {
         let decoding = jsonwebtoken::DecodingKey::from_secret(s);
         for (name, token) in cases.iter().chain(&scoped_cases) {
             let ours = keys.claims(token, unix_now()).map(|c| (c.sub, c.exp));
-            let theirs = jsonwebtoken::decode::<super::jwt::Claims>(token, &decoding, &validation)
-                .map(|d| (d.claims.sub, d.claims.exp));
+            let theirs =
+                jsonwebtoken::decode::<OldClaims>(token, &decoding, &validation).map(|d| (d.claims.sub, d.claims.exp));
             assert_eq!(
                 ours.is_ok(),
                 theirs.is_ok(),
@@ -288,4 +334,22 @@ fn a_non_integer_nbf_is_refused() {
         &format!(r#"{{"sub":"7","exp":{},"nbf":{}.5}}"#, now + 30, now - 30),
     );
     assert!(keys.verify(&token).is_err());
+}
+
+#[test]
+fn exp_and_nbf_hold_through_their_own_second() {
+    let s = b"0123456789abcdef0123";
+    let keys = JwtKeys::new("0123456789abcdef0123");
+    let now = 1_900_000_000;
+    let at = |exp: u64, nbf: u64| {
+        let token = hand_signed(
+            s,
+            r#"{"alg":"HS256"}"#,
+            &format!(r#"{{"sub":"7","exp":{exp},"nbf":{nbf}}}"#),
+        );
+        keys.claims(&token, now).is_ok()
+    };
+    assert!(at(now, now), "exp and nbf both now");
+    assert!(!at(now - 1, now - 10), "exp a second ago");
+    assert!(!at(now + 10, now + 1), "nbf a second ahead");
 }
