@@ -322,6 +322,75 @@ async fn a_batch_that_partly_conflicts_still_creates_its_new_orders_once() {
     assert_eq!(stock, 5, "the stock follows the orders created");
 }
 
+/// The common case goes in by a binary `COPY`: every field of every order arrives
+/// as the message had it (ids, shopper, sale, the admission time to the
+/// millisecond, status, a business number of its own, no failure, no other id).
+/// A batch that then conflicts falls back to the tolerant insert, as the plain
+/// one did.
+#[tokio::test]
+async fn a_copied_batch_stores_every_field_as_given() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(300).await;
+    let base = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    // Ids and shoppers past 2^32, times a few ms apart with odd milliseconds.
+    let orders: Vec<OrderMsg> = (0..250)
+        .map(|i| OrderMsg {
+            id: (1 << 40) + i * 7,
+            user_id: (1 << 35) + i * 13,
+            voucher_id: v,
+            created_ms: base - 86_400_000 + i * 3 + 1,
+            epoch,
+        })
+        .collect();
+    let ctx = ctx(&app);
+    let o = persist(&ctx, &orders).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (250, 0, 0));
+    type Stored = (i64, i64, i64, i64, String, Option<String>, Option<String>, Option<i64>);
+    let stored: Vec<Stored> = sqlx::query_as(
+        "SELECT id, user_id, voucher_id, (extract(epoch FROM created_at) * 1000)::int8, status, order_no,
+                failure, issued_id
+           FROM voucher_orders ORDER BY id",
+    )
+    .fetch_all(app.pg())
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), orders.len());
+    let mut numbers = HashSet::new();
+    for (o, s) in orders.iter().zip(&stored) {
+        assert_eq!(
+            (s.0, s.1, s.2, s.3, s.4.as_str()),
+            (o.id, o.user_id, o.voucher_id, o.created_ms, "created")
+        );
+        let n = s.5.clone().expect("a created order has a number");
+        assert!(n.len() > 8, "{n} is a business number");
+        assert!(numbers.insert(n), "each number once");
+        assert_eq!((s.6.as_deref(), s.7), (None, None));
+    }
+    // Half of it again with as many new orders: the copy conflicts, the tolerant
+    // insert stores the new ones once.
+    let again: Vec<OrderMsg> = orders[..25]
+        .iter()
+        .copied()
+        .chain((0..25).map(|i| OrderMsg {
+            id: (1 << 41) + i,
+            user_id: (1 << 36) + i,
+            voucher_id: v,
+            created_ms: base + i,
+            epoch,
+        }))
+        .collect();
+    let o = persist(&ctx, &again).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (25, 25, 0));
+    let stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(stock, 25, "the stock follows the orders created");
+}
+
 /// Batches of one sale (and of two sales at once, in either order) persisted at
 /// the same time, more orders than the stock, some redelivered meanwhile: the
 /// batches insert in parallel and take the stock last (`persist::unlocked`), or go

@@ -1,4 +1,5 @@
-//! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders.
+//! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders, or one
+//! binary `COPY` of them.
 use crate::order::OrderMsg;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -8,6 +9,11 @@ const UNIQUE_VIOLATION: &str = "23505";
 /// The rows of [`Columns`], one parameter per column.
 const INSERT: &str = "INSERT INTO voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
      SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::bigint[])";
+
+/// The same columns as [`INSERT`], as one `COPY` in Postgres's binary format:
+/// the common case (no row stored yet), where no row is to be skipped.
+const COPY: &str = "COPY voucher_orders (id, user_id, voucher_id, created_at, status, order_no, failure, issued_id)
+     FROM STDIN (FORMAT binary)";
 
 /// `q` (a query of [`INSERT`]) with the columns of `c` bound in order.
 macro_rules! bind_columns {
@@ -68,18 +74,25 @@ impl Columns {
 
     /// [`Columns::insert`] within a transaction (it takes a savepoint).
     ///
-    /// First as they are, all or none: in the common case (no row is stored yet,
-    /// no shopper has a live order) that costs Postgres about a quarter less than
-    /// `ON CONFLICT DO NOTHING`, which probes every unique index before each row.
-    /// If a row conflicts (a redelivered batch, an incident), that attempt is
-    /// rolled back to its savepoint and the rows no constraint refuses are
-    /// inserted, the others skipped for the caller to settle.
+    /// First as they are, all or none, by `COPY`: in the common case (no row is
+    /// stored yet, no shopper has a live order) that costs Postgres about a
+    /// quarter less than `ON CONFLICT DO NOTHING`, which probes every unique index
+    /// before each row, and `COPY` writes a page of rows with one WAL record where
+    /// `INSERT` writes one per row. If a row conflicts (a redelivered batch, an
+    /// incident), that attempt is rolled back to its savepoint and the rows no
+    /// constraint refuses are inserted, the others skipped for the caller to
+    /// settle.
     pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
         // No row comes back: when every row went in, each has the status it was
         // given.
-        match bind_columns!(sqlx::query(INSERT), self).execute(&mut *tx).await {
-            Ok(done) if done.rows_affected() == self.id.len() as u64 => {
+        let copied = async {
+            let mut copy = tx.copy_in_raw(COPY).await?;
+            copy.send(self.binary()).await?;
+            copy.finish().await
+        };
+        match copied.await {
+            Ok(n) if n == self.id.len() as u64 => {
                 sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
                 Ok(self.id.iter().copied().zip(self.status.iter().cloned()).collect())
             }
@@ -92,6 +105,48 @@ impl Columns {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The rows in `COPY`'s binary format: a header, then each row as its field
+    /// count and each field's length (-1 for NULL) and bytes, big-endian; then -1.
+    fn binary(&self) -> Vec<u8> {
+        /// 2000-01-01T00:00:00Z, Postgres's epoch for timestamps, in Unix microseconds.
+        const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+        fn int8(out: &mut Vec<u8>, v: Option<i64>) {
+            match v {
+                Some(v) => {
+                    out.extend_from_slice(&8i32.to_be_bytes());
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        fn text(out: &mut Vec<u8>, v: Option<&str>) {
+            match v {
+                Some(v) => {
+                    out.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    out.extend_from_slice(v.as_bytes());
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        let mut out = Vec::with_capacity(19 + self.id.len() * 120 + 2);
+        out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+        out.extend_from_slice(&0i32.to_be_bytes()); // flags
+        out.extend_from_slice(&0i32.to_be_bytes()); // header extension
+        for i in 0..self.id.len() {
+            out.extend_from_slice(&8i16.to_be_bytes());
+            int8(&mut out, Some(self.id[i]));
+            int8(&mut out, Some(self.user[i]));
+            int8(&mut out, Some(self.voucher[i]));
+            int8(&mut out, Some(self.created_at[i].timestamp_micros() - PG_EPOCH_MICROS));
+            text(&mut out, Some(&self.status[i]));
+            text(&mut out, self.order_no[i].as_deref());
+            text(&mut out, self.failure[i].as_deref());
+            int8(&mut out, self.issued[i]);
+        }
+        out.extend_from_slice(&(-1i16).to_be_bytes());
+        out
     }
 
     /// Back to the savepoint, then the rows no constraint refuses.
