@@ -11,13 +11,14 @@ impl Worker {
     pub(super) async fn persist_retrying(
         &self,
         orders: &[crate::order::OrderMsg],
+        intents: &[i64],
         stop: &CancellationToken,
     ) -> Persisted {
         let mut backoff = Duration::from_millis(50);
         let started = Instant::now();
         loop {
             let timer = self.metrics.worker_persist_seconds.start_timer();
-            let result = persist::persist(&self.ctx, orders).await;
+            let result = persist::persist_relayed(&self.ctx, orders, intents).await;
             timer.observe_duration();
             match result {
                 Err(e) if e.is_transient() && started.elapsed() + backoff > self.hold_limit => {

@@ -166,7 +166,9 @@ impl Worker {
             }
             let chunk = &good[start..end];
             let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
-            match self.persist_retrying(&orders, stop).await {
+            let mut intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
+            intents.sort_unstable();
+            match self.persist_retrying(&orders, &intents, stop).await {
                 Persisted::Done(outcome) => {
                     self.count(outcome);
                     // Scheduled before the ack: a crash in between redelivers the
@@ -178,13 +180,11 @@ impl Worker {
                             .await
                             .context("acknowledging a batch")?;
                     }
-                    let intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
-                    crate::outbox::relay::intent::forget(&self.ctx.pg, &intents).await;
                 }
                 Persisted::Refused(e) if chunk.len() > 1 => {
                     tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");
                     for (d, b) in chunk {
-                        self.settle_one(timeouts, d, &b.orders, stop).await?;
+                        self.settle_one(timeouts, d, b, stop).await?;
                     }
                 }
                 Persisted::Refused(e) => {
@@ -217,10 +217,12 @@ impl Worker {
         &self,
         timeouts: &Channel,
         d: &Delivery,
-        orders: &[crate::order::OrderMsg],
+        batch: &OrderBatch,
         stop: &CancellationToken,
     ) -> Result<()> {
-        match self.persist_retrying(orders, stop).await {
+        let orders = &batch.orders[..];
+        let intents: Vec<i64> = batch.intent.into_iter().collect();
+        match self.persist_retrying(orders, &intents, stop).await {
             Persisted::Done(outcome) => {
                 self.count(outcome);
                 let ids = orders.iter().map(|o| o.id).collect();

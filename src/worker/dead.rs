@@ -53,7 +53,7 @@ impl Worker {
                     .worker_incidents
                     .with_label_values(&["dead_lettered"])
                     .inc();
-                self.settle_one(timeouts, &d, &b.orders, stop).await
+                self.settle_one(timeouts, &d, &b, stop).await
             }
             Err(e) => {
                 sqlx::query("INSERT INTO dead_letters (body, reason) VALUES ($1, $2)")

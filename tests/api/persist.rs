@@ -3,7 +3,7 @@
 //! or business number that is already taken is stored and counted, never hidden.
 use crate::helpers::*;
 use seckill::order::model::OrderMsg;
-use seckill::worker::persist::{persist, Ctx};
+use seckill::worker::persist::{persist, persist_relayed, Ctx};
 use std::collections::HashSet;
 
 /// What the instance's worker persists with (its background pool).
@@ -389,6 +389,67 @@ async fn a_copied_batch_stores_every_field_as_given() {
         .await
         .unwrap();
     assert_eq!(stock, 25, "the stock follows the orders created");
+}
+
+/// The relay's intents of a batch are deleted by the transaction that stores it:
+/// gone with its orders stored, kept when the database refuses the batch (its
+/// transaction rolled back; the sweep deletes them once their orders are stored).
+#[tokio::test]
+async fn a_batch_and_its_relay_intents_commit_together() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let epoch = current_epoch(&app).await;
+    let ctx = ctx(&app);
+    let msg = |id: i64, voucher: i64| OrderMsg {
+        id,
+        user_id: 900 + id,
+        voucher_id: voucher,
+        created_ms: now + id,
+        epoch,
+    };
+    let intent = |orders: Vec<OrderMsg>| {
+        let (pg, namespace) = (app.pg().clone(), ctx.keys.namespace().to_owned());
+        async move {
+            let (vouchers, ids): (Vec<i64>, Vec<i64>) = orders.iter().map(|o| (o.voucher_id, o.id)).unzip();
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids) VALUES ($1, $2, $3, $4) RETURNING id",
+            )
+            .bind(namespace)
+            .bind(epoch)
+            .bind(vouchers)
+            .bind(ids)
+            .fetch_one(&pg)
+            .await
+            .unwrap()
+        }
+    };
+    let intents_left = || async {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM relay_intents ORDER BY id")
+            .fetch_all(app.pg())
+            .await
+            .unwrap()
+    };
+    let (a, b) = (vec![msg(1, v), msg(2, v)], vec![msg(3, v)]);
+    let (ia, ib) = (intent(a.clone()).await, intent(b.clone()).await);
+    let batch: Vec<OrderMsg> = a.iter().chain(&b).copied().collect();
+    let o = persist_relayed(&ctx, &batch, &[ia, ib]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (3, 0, 0));
+    assert_eq!(intents_left().await, Vec::<i64>::new(), "deleted with the batch");
+
+    // A voucher Postgres does not know: the insert check refuses the statement,
+    // the transaction rolls back, the intent stays.
+    let missing = vec![msg(4, v + 1_000_000)];
+    let im = intent(missing.clone()).await;
+    assert!(persist_relayed(&ctx, &missing, &[im]).await.is_err());
+    assert_eq!(intents_left().await, vec![im], "kept when nothing was stored");
+
+    // A redelivered batch (every order stored already) deletes its intent too.
+    let ir = intent(a.clone()).await;
+    let o = persist_relayed(&ctx, &a, &[ir]).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed), (0, 2, 0));
+    assert_eq!(intents_left().await, vec![im]);
 }
 
 /// Batches of one sale (and of two sales at once, in either order) persisted at

@@ -44,24 +44,13 @@ pub async fn record(pg: &PgPool, namespace: &str, epoch: i64, orders: &[OrderMsg
     .context("recording a relay intent")
 }
 
-/// Deletes the intents of batches a worker has just stored (every order of them is
-/// in `voucher_orders` now). Best effort: what it leaves, [`sweep`] deletes.
-pub async fn forget(pg: &PgPool, intents: &[i64]) {
-    if intents.is_empty() {
-        return;
-    }
-    if let Err(e) = sqlx::query("DELETE FROM relay_intents WHERE id = ANY($1)")
-        .bind(intents)
-        .execute(pg)
-        .await
-    {
-        tracing::debug!(error = %e, "forgetting relay intents failed; the sweep will");
-    }
-}
-
 /// Deletes the intents whose orders are all in `voucher_orders` (under their id, or
 /// under a fresh one with `issued_id` naming it: nothing of them can still arrive);
-/// returns how many. Safe at any time: a stored order stays stored.
+/// returns how many. Safe at any time: a stored order stays stored. The worker
+/// deletes a batch's intents in the transaction that stores it
+/// ([`crate::worker::persist::persist_relayed`]); this takes what that leaves (the
+/// intent of a message the database refused, stored as failed; of a publish that
+/// failed, whose orders went out again under another intent).
 pub async fn sweep(pg: &PgPool, namespace: &str) -> Result<u64> {
     Ok(sqlx::query(
         "DELETE FROM relay_intents i WHERE i.namespace = $1

@@ -7,7 +7,8 @@ use super::ctx::{Ctx, Outcome};
 use super::error::PersistError;
 use super::late;
 use super::steps::{
-    drop_stored_beyond_stock, epoch_row, existing, lock_stock, log_incidents, store, take_stock, within_stock,
+    drop_stored_beyond_stock, epoch_row, existing, forget_intents, lock_stock, log_incidents, store, take_stock,
+    within_stock,
 };
 use crate::order::OrderMsg;
 use std::collections::HashSet;
@@ -16,6 +17,7 @@ use std::collections::HashSet;
 pub(super) async fn persist_locked(
     ctx: &Ctx,
     mut orders: Vec<OrderMsg>,
+    intents: &[i64],
     mut outcome: Outcome,
 ) -> Result<Outcome, PersistError> {
     let mut tx = ctx.pg.begin().await?;
@@ -44,6 +46,7 @@ pub(super) async fn persist_locked(
     let rows = within_stock(orders, &stock, &late_conflicts);
     let (settled, units) = store(&mut tx, ctx, &rows, &mut outcome).await?;
     take_stock(&mut tx, units).await?;
+    forget_intents(&mut tx, intents).await?;
     tx.commit().await?;
     log_incidents(&rows, &settled);
     Ok(outcome)

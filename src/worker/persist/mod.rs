@@ -32,6 +32,14 @@ use crate::order::OrderMsg;
 use std::collections::HashSet;
 
 pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistError> {
+    persist_relayed(ctx, batch, &[]).await
+}
+
+/// [`persist`], and the relay's intents of the batch's messages (`intents`) are
+/// deleted in the same transaction: once its orders are stored nothing of them can
+/// still arrive (see [`crate::outbox::relay::intent`]), and one commit per batch
+/// is one WAL flush where a second transaction took another.
+pub async fn persist_relayed(ctx: &Ctx, batch: &[OrderMsg], intents: &[i64]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
     orders.sort_by_key(|o| (o.created_ms, o.id));
     let mut seen = HashSet::new();
@@ -43,8 +51,8 @@ pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistEr
     if orders.is_empty() {
         return Ok(outcome);
     }
-    if let Some(done) = unlocked::persist_unlocked(ctx, &orders, outcome).await? {
+    if let Some(done) = unlocked::persist_unlocked(ctx, &orders, intents, outcome).await? {
         return Ok(done);
     }
-    locked::persist_locked(ctx, orders, outcome).await
+    locked::persist_locked(ctx, orders, intents, outcome).await
 }

@@ -175,6 +175,19 @@ pub(super) async fn take_stock(tx: &mut PgConnection, units: HashMap<i64, i32>) 
     Ok(())
 }
 
+/// Deletes the relay's intents of a batch whose orders this transaction stores
+/// (last, after the vouchers' rows: the lock order stays as it was).
+pub(super) async fn forget_intents(tx: &mut PgConnection, intents: &[i64]) -> Result<(), sqlx::Error> {
+    if intents.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("DELETE FROM relay_intents WHERE id = ANY($1)")
+        .bind(intents)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
 pub(super) fn log_incidents(rows: &[Row], settled: &Settled) {
     for (o, f) in rows
         .iter()

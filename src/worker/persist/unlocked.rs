@@ -16,7 +16,7 @@
 //! detected", a passing error the worker retries.
 use super::ctx::{Ctx, Outcome};
 use super::error::PersistError;
-use super::steps::{epoch_row, lock_stock, log_incidents, read_stock, store, take_stock};
+use super::steps::{epoch_row, forget_intents, lock_stock, log_incidents, read_stock, store, take_stock};
 use crate::order::OrderMsg;
 use std::collections::HashMap;
 
@@ -26,6 +26,7 @@ use std::collections::HashMap;
 pub(super) async fn persist_unlocked(
     ctx: &Ctx,
     orders: &[OrderMsg],
+    intents: &[i64],
     mut outcome: Outcome,
 ) -> Result<Option<Outcome>, PersistError> {
     let mut tx = ctx.pg.begin().await?;
@@ -57,6 +58,7 @@ pub(super) async fn persist_unlocked(
         }
         take_stock(&mut tx, units).await?;
     }
+    forget_intents(&mut tx, intents).await?;
     tx.commit().await?;
     log_incidents(&rows, &settled);
     Ok(Some(outcome))
