@@ -127,7 +127,7 @@ impl Metrics {
                 &r,
                 Histogram::with_opts(
                     HistogramOpts::new("worker_batch_orders", "Orders per persisted batch")
-                        .buckets(exponential_buckets(1.0, 2.0, 14).unwrap()),
+                        .buckets(exponential_buckets(1.0, 2.0, 15).unwrap()),
                 )
                 .unwrap(),
             ),
