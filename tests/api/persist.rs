@@ -347,6 +347,7 @@ async fn a_copied_batch_stores_every_field_as_given() {
     let ctx = ctx(&app);
     let o = persist(&ctx, &orders).await.unwrap();
     assert_eq!((o.created, o.duplicates, o.failed), (250, 0, 0));
+    assert_eq!(o.tolerant_inserts, 0, "the rows went in by the COPY");
     type Stored = (i64, i64, i64, i64, String, Option<String>, Option<String>, Option<i64>);
     let stored: Vec<Stored> = sqlx::query_as(
         "SELECT id, user_id, voucher_id, (extract(epoch FROM created_at) * 1000)::int8, status, order_no,
@@ -368,8 +369,8 @@ async fn a_copied_batch_stores_every_field_as_given() {
         assert!(numbers.insert(n), "each number once");
         assert_eq!((s.6.as_deref(), s.7), (None, None));
     }
-    // Half of it again with as many new orders: the copy conflicts, the tolerant
-    // insert stores the new ones once.
+    // 25 of them again with 25 new orders: the copy conflicts, the tolerant insert
+    // stores the new ones once.
     let again: Vec<OrderMsg> = orders[..25]
         .iter()
         .copied()
@@ -383,6 +384,7 @@ async fn a_copied_batch_stores_every_field_as_given() {
         .collect();
     let o = persist(&ctx, &again).await.unwrap();
     assert_eq!((o.created, o.duplicates, o.failed), (25, 25, 0));
+    assert_eq!(o.tolerant_inserts, 1, "the conflict took the tolerant insert");
     let stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
         .bind(v)
         .fetch_one(app.pg())
@@ -392,7 +394,9 @@ async fn a_copied_batch_stores_every_field_as_given() {
 }
 
 /// The relay's intents of a batch are deleted by the transaction that stores it:
-/// gone with its orders stored, kept when the database refuses the batch (its
+/// while another transaction holds an intent's row, the batch's orders are not
+/// visible either (the delete is inside their transaction, before its commit);
+/// gone with its orders stored; kept when the database refuses the batch (its
 /// transaction rolled back; the sweep deletes them once their orders are stored).
 #[tokio::test]
 async fn a_batch_and_its_relay_intents_commit_together() {
@@ -431,11 +435,51 @@ async fn a_batch_and_its_relay_intents_commit_together() {
             .await
             .unwrap()
     };
+    let stored = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM voucher_orders")
+            .fetch_one(app.pg())
+            .await
+            .unwrap()
+    };
     let (a, b) = (vec![msg(1, v), msg(2, v)], vec![msg(3, v)]);
     let (ia, ib) = (intent(a.clone()).await, intent(b.clone()).await);
     let batch: Vec<OrderMsg> = a.iter().chain(&b).copied().collect();
-    let o = persist_relayed(&ctx, &batch, &[ia, ib]).await.unwrap();
+    // Another transaction holds intent `ib`'s row: the batch's delete waits for it.
+    let mut holder = app.pg().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM relay_intents WHERE id = $1 FOR UPDATE")
+        .bind(ib)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let persisting = tokio::spawn({
+        let (ctx, batch) = (ctx.clone(), batch.clone());
+        async move { persist_relayed(&ctx, &batch, &[ia, ib]).await.unwrap() }
+    });
+    // Until the batch's transaction is seen waiting on that row.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND query LIKE 'DELETE FROM relay_intents%'",
+        )
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the batch never reached its intents"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored().await, 0, "no order visible before its intents are gone");
+    holder.rollback().await.unwrap();
+    let o = persisting.await.unwrap();
     assert_eq!((o.created, o.duplicates, o.failed), (3, 0, 0));
+    assert_eq!(stored().await, 3);
     assert_eq!(intents_left().await, Vec::<i64>::new(), "deleted with the batch");
 
     // A voucher Postgres does not know: the insert check refuses the statement,
@@ -445,7 +489,8 @@ async fn a_batch_and_its_relay_intents_commit_together() {
     assert!(persist_relayed(&ctx, &missing, &[im]).await.is_err());
     assert_eq!(intents_left().await, vec![im], "kept when nothing was stored");
 
-    // A redelivered batch (every order stored already) deletes its intent too.
+    // A redelivered batch (every order stored already) deletes its intent too (or
+    // the app's sweep did first: either way it is gone).
     let ir = intent(a.clone()).await;
     let o = persist_relayed(&ctx, &a, &[ir]).await.unwrap();
     assert_eq!((o.created, o.duplicates, o.failed), (0, 2, 0));

@@ -77,12 +77,15 @@ impl Columns {
     /// First as they are, all or none, by `COPY`: in the common case (no row is
     /// stored yet, no shopper has a live order) that costs Postgres about a
     /// quarter less than `ON CONFLICT DO NOTHING`, which probes every unique index
-    /// before each row, and `COPY` writes a page of rows with one WAL record where
-    /// `INSERT` writes one per row. If a row conflicts (a redelivered batch, an
-    /// incident), that attempt is rolled back to its savepoint and the rows no
-    /// constraint refuses are inserted, the others skipped for the caller to
-    /// settle.
-    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+    /// before each row, and `COPY` writes a page of table rows with one WAL record
+    /// where `INSERT` writes one per row (index entries are one record each either
+    /// way). If a row conflicts (a redelivered batch, an incident), that attempt is
+    /// rolled back to its savepoint and the rows no constraint refuses are
+    /// inserted, the others skipped for the caller to settle. The flag says whether
+    /// the rows went in by the `COPY` (false: the tolerant insert).
+    ///
+    /// Must run to its end (see [`super::persist`]).
+    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<(HashMap<i64, String>, bool), sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
         // No row comes back: when every row went in, each has the status it was
         // given.
@@ -94,14 +97,14 @@ impl Columns {
         match copied.await {
             Ok(n) if n == self.id.len() as u64 => {
                 sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-                Ok(self.id.iter().copied().zip(self.status.iter().cloned()).collect())
+                Ok((self.id.iter().copied().zip(self.status.iter().cloned()).collect(), true))
             }
             // Fewer rows than given without an error (never expected: nothing on
             // the table drops a row) is settled as a conflict is, from what the
             // tolerant insert reports.
-            Ok(_) => self.insert_again(tx).await,
+            Ok(_) => Ok((self.insert_again(tx).await?, false)),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
-                self.insert_again(tx).await
+                Ok((self.insert_again(tx).await?, false))
             }
             Err(e) => Err(e),
         }

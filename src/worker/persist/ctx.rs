@@ -20,6 +20,10 @@ pub struct Outcome {
     /// Orders in flight across a Redis repair whose unit or shopper was sold again
     /// before they arrived: stored `failed`.
     pub late_conflicts: usize,
+    /// Statements whose rows went in by the tolerant `INSERT ... ON CONFLICT` after
+    /// the `COPY` met a row stored already or a shopper's live order (a
+    /// redelivery, an incident): 0 in the common case.
+    pub tolerant_inserts: usize,
 }
 
 /// What persisting needs besides the batch.

@@ -9,9 +9,11 @@
 //!
 //! The common case ([`unlocked`]) reads the stock, inserts, then locks the vouchers
 //! and takes the units: batches of one sale insert in parallel and wait for each
-//! other only for the update and the commit. The insert's `ON CONFLICT DO NOTHING`
-//! answers "already there?" and "shopper already has one?" itself, and only rows
-//! it skipped (rare: a redelivered batch, an incident) are looked at again. A batch
+//! other only for the update and the commit. The rows go in by one `COPY`; if one
+//! of them conflicts (rare: a redelivered batch, an incident), the rows go in
+//! again by `INSERT ... ON CONFLICT DO NOTHING`, which answers "already there?"
+//! and "shopper already has one?" itself, and only the rows it skipped are looked
+//! at again. A batch
 //! with orders that crossed a Redis repair, or more orders than a voucher's stock
 //! (a redelivery near the end of a sale, or Redis out of step), goes the
 //! [`locked`] way: vouchers locked first, each order checked against the stock.
@@ -31,6 +33,12 @@ pub use late::store_failed;
 use crate::order::OrderMsg;
 use std::collections::HashSet;
 
+///
+/// Not to be cancelled half way (run it to its end, or drop it only with the pool
+/// about to close): a `COPY` dropped after its last message and before its answer
+/// would leave its pooled connection one answer behind (sqlx does not count the
+/// answer of a `COPY`). The worker never drops it before the shutdown's deadline,
+/// after which the pools close.
 pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistError> {
     persist_relayed(ctx, batch, &[]).await
 }

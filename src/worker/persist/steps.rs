@@ -59,7 +59,8 @@ pub(super) async fn store(
         }
         cols.push(o, failure.map(str::to_owned), order_no);
     }
-    let inserted = cols.insert_in_tx(&mut *tx).await?;
+    let (inserted, copied) = cols.insert_in_tx(&mut *tx).await?;
+    outcome.tolerant_inserts += usize::from(!copied);
     let settled = skipped::settle(&mut *tx, &ctx.sequences, rows, inserted, numbered).await?;
     outcome.duplicates += settled.duplicates;
     outcome.id_collisions = settled.collided.len();
