@@ -33,6 +33,8 @@ pub use late::store_failed;
 use crate::order::OrderMsg;
 use std::collections::HashSet;
 
+/// Persists `batch` (orders in any order, repeats allowed) in one transaction, as
+/// the module says; returns what became of its orders.
 ///
 /// Not to be cancelled half way (run it to its end, or drop it only with the pool
 /// about to close): a `COPY` dropped after its last message and before its answer
