@@ -166,8 +166,7 @@ impl Worker {
             }
             let chunk = &good[start..end];
             let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
-            let mut intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
-            intents.sort_unstable();
+            let intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
             match self.persist_retrying(&orders, &intents, stop).await {
                 Persisted::Done(outcome) => {
                     self.count(outcome);
