@@ -1,30 +1,41 @@
 //! A Redis counter that never hands out a value twice, even if Redis loses it.
 //!
-//! Values come from one Lua script per call (`lua/counter_next.lua`). A durable
-//! high-water mark per scope lives in Postgres (`counter_watermarks`) and is raised
-//! ahead of the counter in steps of `step` (one Postgres write per step, not per
-//! value); Redis keeps a copy as the counter's ceiling and the script never passes
-//! it. When the counter key is missing, it restarts from the durable mark, so every
-//! value issued afterwards is above every value issued before.
+//! Values come from one Lua script per call (`lua/counter_next.lua`). Redis keeps
+//! the counter and its ceiling; Postgres (`counter_watermarks`) keeps the durable
+//! mark, the top of every range it ever *reserved*. The script hands out only
+//! values of reservations applied to the key it runs on, and a reservation is the
+//! next `step` values of the scope, taken with one `UPDATE ... SET high = high +
+//! step` (one Postgres write per `step` values), so no two ever overlap. A
+//! reservation is passed to exactly one script call and dropped afterwards,
+//! whatever the reply, so it is applied at most once.
+//!
+//! A key at its ceiling `c` asks for the range right above it, granted only while
+//! the mark is still `c`: the key's values go on without a gap, and when several
+//! callers reach the ceiling at once one of them extends it and the others find it
+//! extended. If the mark has moved past `c` and the key does not follow (the caller
+//! that moved it died, or the key restarted from an old mark), the caller waits a
+//! few milliseconds, then reserves above the mark and the key jumps there: values
+//! may be skipped, never repeated. The wait only decides whether values are skipped.
+//!
+//! A missing key (Redis lost it, or a new day) restarts at the durable mark *with
+//! nothing to hand out* (ceiling = mark): the mark may have been read before one
+//! loss and applied after another, below values issued in between, so only a
+//! reservation made afterwards makes values available.
 //!
 //! Redis going back in time (a restart from an older snapshot, a failover to a
 //! lagging replica) would bring back an old value *and* its old ceiling, both valid
-//! looking. That is why the keys carry the Redis epoch ([`crate::epoch`]): the
-//! service only uses a server whose epoch Postgres vouches for, and a server that
-//! may have gone back gets a new epoch, so new keys, which start from the durable
-//! mark.
+//! looking, and values between them may have been issued already. That is why the
+//! keys carry the Redis epoch ([`crate::epoch`]): the service only uses a server
+//! whose epoch Postgres vouches for, and a server that may have gone back gets a
+//! new epoch, so new keys. Reading the mark for a new key stamps the scope with the
+//! caller's epoch, and reservations for an older epoch than the stamp are refused:
+//! keys of an epoch being retired cannot grow.
 //!
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 ([`DurableCounter::with_replicas`]) a
 //! range is handed out only once that many replicas hold it (`WAIT`, in the same
 //! pipeline as the script, over a connection of the counter's own), so a failover
 //! to a replica cannot hand the same values out again in the moment before the
 //! epoch guard notices the new master.
-//!
-//! One window is not covered: an instance reads the durable mark after a loss, and
-//! before it initialises the key another instance initialises it, raises the mark,
-//! issues values, and Redis loses the key *again* (same server, same epoch); the
-//! first instance then initialises from its stale mark. It takes two losses within
-//! one round trip.
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{bail, Context, Result};
@@ -32,8 +43,11 @@ use redis::Script;
 use sqlx::PgPool;
 use std::sync::LazyLock;
 
+/// How many times a caller at the key's ceiling asks for the range right above it
+/// (waiting 2, 4, 8, 16, 32 ms between) before it reserves above the mark instead.
+const ADJACENT_TRIES: u32 = 5;
+
 static NEXT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_next.lua")));
-static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_raise.lua")));
 
 /// Durable counters under one namespace.
 #[derive(Clone)]
@@ -74,28 +88,42 @@ impl DurableCounter {
     }
 
     /// Takes `count` consecutive values of `scope`. The Redis keys live `ttl_secs`
-    /// (callers pass "until some time after the scope's day ends"); `step` is how far
-    /// ahead of the counter the durable mark is raised.
+    /// (callers pass "until some time after the scope's day ends"); `step` is how many
+    /// values one reservation takes from Postgres.
     pub async fn take(&self, scope: &str, count: u64, ttl_secs: u64, step: u64) -> Result<Range> {
         if count == 0 {
             bail!("a counter call takes at least one value");
         }
+        // The durable mark, to restart a missing key from.
         let mut floor = String::new();
-        // Each round either succeeds or fixes the one thing that stopped it
-        // (missing key, low ceiling); more than a few rounds means a fight over the
-        // key that we report rather than loop on.
-        for _ in 0..6 {
+        // A reservation from Postgres, for the next script call only.
+        let mut reserved: Option<Range> = None;
+        // Reservations right above the key's ceiling that another caller won.
+        let mut misses = 0u32;
+        // Each round either succeeds or fetches what stopped it (the mark for a
+        // missing key, a reservation at the ceiling); more than a few rounds means
+        // a fight over the key that we report rather than loop on.
+        for _ in 0..(ADJACENT_TRIES + 6) {
             let Some((mut conn, epoch)) = self.redis.for_counters().await? else {
                 bail!("Redis is not verified yet (it may have gone back in time); no values until it is");
             };
             let (value_key, ceiling_key) = self.keys.counter(scope, epoch);
+            // Dropped here whatever happens next: a call that fails may still have
+            // applied it, and applying one twice would issue its values twice.
+            let (lo, hi) = match reserved.take() {
+                Some(r) => ((r.first - 1).to_string(), r.last.to_string()),
+                None => (String::new(), String::new()),
+            };
+            let floor_arg = std::mem::take(&mut floor);
             let mut next = NEXT.prepare_invoke();
             next.key(&value_key)
                 .key(&ceiling_key)
                 .arg(count)
                 .arg(ttl_secs)
-                .arg(&floor);
-            let ((code, n), acked): ((i64, i64), Option<i64>) = match self.wait {
+                .arg(&floor_arg)
+                .arg(&lo)
+                .arg(&hi);
+            let ((code, n, ceiling), acked): ((i64, i64, i64), Option<i64>) = match self.wait {
                 None => (next.invoke_async(&mut conn).await.context("counter_next.lua")?, None),
                 Some((replicas, deadline)) => {
                     // EVAL, not EVALSHA: this pipeline cannot load the script on the
@@ -108,7 +136,9 @@ impl DurableCounter {
                         .arg(&ceiling_key)
                         .arg(count)
                         .arg(ttl_secs)
-                        .arg(&floor)
+                        .arg(&floor_arg)
+                        .arg(&lo)
+                        .arg(&hi)
                         .cmd("WAIT")
                         .arg(replicas)
                         .arg(deadline.as_millis().max(1) as u64);
@@ -131,14 +161,20 @@ impl DurableCounter {
                 }
                 -1 => floor = self.durable_mark(scope, epoch).await?.to_string(),
                 -2 => {
-                    let mark = self.raise_durable_mark(scope, n as u64 + step, epoch).await?;
-                    let _: i64 = RAISE
-                        .key(&ceiling_key)
-                        .arg(mark)
-                        .arg(ttl_secs)
-                        .invoke_async(&mut conn)
-                        .await
-                        .context("counter_raise.lua")?;
+                    let ceiling = ceiling.max(0) as u64;
+                    let size = step.max(count);
+                    if misses < ADJACENT_TRIES {
+                        reserved = self.reserve_adjacent(scope, ceiling, size, epoch).await?;
+                        if reserved.is_none() {
+                            // Someone else took the range above this ceiling: most
+                            // likely the key is being extended right now.
+                            misses += 1;
+                            tokio::time::sleep(std::time::Duration::from_millis(1 << misses)).await;
+                        }
+                    } else {
+                        misses = 0;
+                        reserved = Some(self.reserve_above(scope, ceiling, size, epoch).await?);
+                    }
                 }
                 other => bail!("counter_next.lua returned unknown code {other}"),
             }
@@ -146,8 +182,8 @@ impl DurableCounter {
         bail!("counter {scope}: no value after repeated attempts (contention on a lost key?)")
     }
 
-    /// The durable mark, to start the keys of `epoch` from. Stamps the mark with
-    /// the epoch first, so that keys of an older epoch can no longer raise it.
+    /// The durable mark, to restart the keys of `epoch` from. Stamps the mark with
+    /// the epoch first, so that keys of an older epoch can no longer be extended.
     async fn durable_mark(&self, scope: &str, epoch: i64) -> Result<u64> {
         let (high, stamped): (i64, i64) = sqlx::query_as(
             "INSERT INTO counter_watermarks (scope, high, epoch) VALUES ($1, 0, $2)
@@ -166,25 +202,51 @@ impl DurableCounter {
         Ok(high as u64)
     }
 
-    /// Raises the mark to at least `to` and returns the mark in force; refused for
-    /// keys of an epoch older than the one that last stamped the mark.
-    async fn raise_durable_mark(&self, scope: &str, to: u64, epoch: i64) -> Result<u64> {
+    /// Reserves `ceiling+1 ..= ceiling+size` if the mark is still `ceiling` (no one
+    /// has reserved above it); `None` if it has moved, or belongs to a newer epoch.
+    async fn reserve_adjacent(&self, scope: &str, ceiling: u64, size: u64, epoch: i64) -> Result<Option<Range>> {
         let high: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO counter_watermarks (scope, high, epoch) VALUES ($1, $2, $3)
+            "UPDATE counter_watermarks SET high = high + $2, epoch = $3, updated_at = now()
+              WHERE scope = $1 AND high = $4 AND epoch <= $3
+              RETURNING high",
+        )
+        .bind(scope)
+        .bind(size as i64)
+        .bind(epoch)
+        .bind(ceiling as i64)
+        .fetch_optional(&self.pg)
+        .await
+        .context("reserving counter values")?;
+        Ok(high.map(|h| Range {
+            first: h as u64 - size + 1,
+            last: h as u64,
+        }))
+    }
+
+    /// Reserves the `size` values above both the mark and `ceiling`, raising the
+    /// mark in the same statement. Refused for keys of an epoch older than the one
+    /// that last stamped the scope.
+    async fn reserve_above(&self, scope: &str, ceiling: u64, size: u64, epoch: i64) -> Result<Range> {
+        let high: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO counter_watermarks (scope, high, epoch) VALUES ($1, $4 + $2, $3)
              ON CONFLICT (scope) DO UPDATE
-               SET high = GREATEST(counter_watermarks.high, EXCLUDED.high),
+               SET high = GREATEST(counter_watermarks.high, $4) + $2,
                    epoch = EXCLUDED.epoch, updated_at = now()
                WHERE counter_watermarks.epoch <= EXCLUDED.epoch
              RETURNING high",
         )
         .bind(scope)
-        .bind(to as i64)
+        .bind(size as i64)
         .bind(epoch)
+        .bind(ceiling as i64)
         .fetch_optional(&self.pg)
         .await
-        .context("raising a counter's durable mark")?;
+        .context("reserving counter values")?;
         match high {
-            Some(h) => Ok(h as u64),
+            Some(h) => Ok(Range {
+                first: h as u64 - size + 1,
+                last: h as u64,
+            }),
             None => bail!("counter {scope}: Redis epoch {epoch} is behind the durable mark's; not issuing from it"),
         }
     }
