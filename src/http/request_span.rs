@@ -8,7 +8,8 @@
 //! are only recorded on the span; server errors are logged where they happen
 //! ([`super::ApiError::internal`]).
 //!
-//! The span is lean (request id, method, path, status): the default one formats a
+//! The span is lean (request id, method, path, the caller's user id once their token
+//! is verified, status): the default one formats a
 //! dozen fields per request, which showed as a quarter of the cost of a
 //! `/health/live` request, and its route field re-runs every route pattern's regex
 //! (`match_pattern`), which showed as a tenth of the cost of an order request.
@@ -30,6 +31,7 @@ impl RootSpanBuilder for RequestSpan {
             request_id = id.unwrap_or_default(),
             method = %request.method(),
             path = request.path(),
+            user_id = Empty,
             status = Empty,
         )
     }

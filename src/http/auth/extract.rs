@@ -23,7 +23,11 @@ pub(crate) fn caller_of(req: &HttpRequest) -> Result<Caller, ApiError> {
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ApiError::unauthorized("Authorization must be 'Bearer <token>'"))?;
-    keys.verify(token)
+    let caller = keys.verify(token)?;
+    // On the request's root span (`user_id` of `crate::http::request_span`): every
+    // log line of the request names its caller, with no span of the handler's own.
+    tracing::Span::current().record("user_id", caller.user_id);
+    Ok(caller)
 }
 
 impl FromRequest for Caller {
