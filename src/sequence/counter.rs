@@ -14,8 +14,9 @@
 //! callers reach the ceiling at once one of them extends it and the others find it
 //! extended. If the mark has moved past `c` and the key does not follow (the caller
 //! that moved it died, or the key restarted from an old mark), the caller waits a
-//! few milliseconds, then reserves above the mark and the key jumps there: values
-//! may be skipped, never repeated. The wait only decides whether values are skipped.
+//! while (up to half a second), then reserves above the mark and the key jumps
+//! there: values may be skipped, never repeated. The wait only decides whether
+//! values are skipped.
 //!
 //! A missing key (Redis lost it, or a new day) restarts at the durable mark *with
 //! nothing to hand out* (ceiling = mark): the mark may have been read before one
@@ -44,8 +45,9 @@ use sqlx::PgPool;
 use std::sync::LazyLock;
 
 /// How many times a caller at the key's ceiling asks for the range right above it
-/// (waiting 2, 4, 8, 16, 32 ms between) before it reserves above the mark instead.
-const ADJACENT_TRIES: u32 = 5;
+/// (waiting 2, 4, ... 256 ms between: half a second in all, for a busy machine)
+/// before it reserves above the mark instead.
+const ADJACENT_TRIES: u32 = 8;
 
 static NEXT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_next.lua")));
 

@@ -77,6 +77,38 @@ async fn concurrent_callers_on_two_instances_get_distinct_consecutive_numbers() 
     );
 }
 
+/// Batches taken at once on two instances (as the worker numbers its batches): each
+/// batch consecutive, and together every number from 1 once, across the points
+/// where the counter's reserved range runs out and is extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_on_two_instances_leave_no_gap() {
+    let ns = Namespace::new().await;
+    let a = Arc::new(TestApp::spawn(&ns).await);
+    let b = Arc::new(TestApp::builder(&ns).mode(Mode::Serve).spawn().await);
+    let (status, _) = put_rule(
+        &a,
+        "bt",
+        json!({"prefix": "BT", "date_format": "yyyyMMdd", "min_width": 6, "time_zone": "UTC"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut all: Vec<u64> = Vec::new();
+    for _ in 0..3 {
+        let calls = (0..8).map(|i| {
+            let app = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move { next(&app, "bt", 1, 300).await })
+        });
+        for batch in join_all(calls).await {
+            let batch: Vec<u64> = batch.unwrap().iter().map(|v| counter(v, 10)).collect();
+            assert_eq!(batch.len(), 300);
+            assert!(batch.windows(2).all(|w| w[1] == w[0] + 1), "a batch with a gap: {batch:?}");
+            all.extend(batch);
+        }
+    }
+    all.sort_unstable();
+    assert_eq!(all, (1..=7200).collect::<Vec<u64>>(), "every number from 1, once");
+}
+
 #[tokio::test]
 async fn tenants_are_independent_and_a_batch_is_consecutive() {
     let ns = Namespace::new().await;
