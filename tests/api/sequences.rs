@@ -101,7 +101,10 @@ async fn concurrent_batches_on_two_instances_leave_no_gap() {
         for batch in join_all(calls).await {
             let batch: Vec<u64> = batch.unwrap().iter().map(|v| counter(v, 10)).collect();
             assert_eq!(batch.len(), 300);
-            assert!(batch.windows(2).all(|w| w[1] == w[0] + 1), "a batch with a gap: {batch:?}");
+            assert!(
+                batch.windows(2).all(|w| w[1] == w[0] + 1),
+                "a batch with a gap: {batch:?}"
+            );
             all.extend(batch);
         }
     }
