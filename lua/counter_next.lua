@@ -12,9 +12,10 @@
 -- Invariant: every value above `value` up to `ceiling` belongs to this key alone:
 -- it lies in a range Postgres reserved once, for the one call that applied it here.
 --
--- A missing key restarts at the floor with nothing to hand out (ceiling = floor):
--- a floor read before one loss may arrive after another, below values issued in
--- between, so it is never trusted to be free. Values come from reservations only:
+-- A missing key (either of the two) restarts at the floor with nothing to hand out
+-- (value = ceiling = floor): a floor read before one loss may arrive after another,
+-- below values issued in between, so it is never trusted to be free (the value
+-- going back is harmless for the same reason). Values come from reservations only:
 --   key missing           -> value = lo, ceiling = hi
 --   lo == ceiling         -> ceiling = hi (adjacent: no value skipped)
 --   lo >  ceiling         -> value = lo, ceiling = hi (what lies between is someone
@@ -22,8 +23,9 @@
 --   lo <  ceiling         -> the key already holds a newer range; this one is dropped
 --
 -- Returns {1, last, 0}:       the values last-count+1 .. last are the caller's;
---         {-1, 0, 0}:         the value key is missing (Redis lost it, or a new
---                             day): call again with the durable mark as floor;
+--         {-1, 0, 0}:         the value key or the ceiling key is missing (Redis
+--                             lost it, or a new day): call again with the
+--                             durable mark as floor;
 --         {-2, need, ceiling}: handing out would pass the ceiling: call again with
 --                             a reservation of at least `count` values.
 --
@@ -34,7 +36,8 @@
 local count = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local value = redis.call('GET', KEYS[1])
-local ceiling = tonumber(redis.call('GET', KEYS[2]) or '0')
+local ceiling_held = redis.call('GET', KEYS[2])
+local ceiling = tonumber(ceiling_held or '0')
 if ARGV[4] ~= '' then
   local lo = tonumber(ARGV[4])
   if (not value) or lo > ceiling then
@@ -46,7 +49,7 @@ if ARGV[4] ~= '' then
     ceiling = tonumber(ARGV[5])
     redis.call('SET', KEYS[2], ARGV[5], 'EX', ttl)
   end
-elseif not value then
+elseif (not value) or (not ceiling_held) then
   if ARGV[3] == '' then
     return {-1, 0, 0}
   end

@@ -8,8 +8,9 @@
 //! counter never repeats within a day (even after Redis loses it), and the second
 //! pins the day.
 //!
-//! Only background tasks touch Redis for blocks and, through the durable mark,
-//! Postgres: a block is fetched when the process starts ([`IdWorker::warm_up`]), a
+//! Blocks are fetched in the background (Redis, and Postgres for a reservation now
+//! and then), and on the order path only when none is left: a block is fetched
+//! when the process starts ([`IdWorker::warm_up`]), a
 //! spare is fetched while the current one is in use, and in the last minutes of a
 //! UTC day the first block of the next day is fetched ahead, so the order path keeps
 //! working through midnight even while Postgres is down.
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex};
 /// 2024-01-01T00:00:00Z.
 pub const EPOCH_SECS: i64 = 1_704_067_200;
 const COUNTER_BITS: u32 = 32;
-/// The durable mark moves this far ahead of the counter per Postgres write.
+/// Ids one reservation in Postgres takes (one Postgres write per this many).
 const DURABLE_STEP: u64 = 1_000_000;
 const DAY_SECS: i64 = 86_400;
 /// How long before UTC midnight the next day's first block is fetched.

@@ -3,11 +3,12 @@
 //! Values come from one Lua script per call (`lua/counter_next.lua`). Redis keeps
 //! the counter and its ceiling; Postgres (`counter_watermarks`) keeps the durable
 //! mark, the top of every range it ever *reserved*. The script hands out only
-//! values of reservations applied to the key it runs on, and a reservation is the
-//! next `step` values of the scope, taken with one `UPDATE ... SET high = high +
-//! step` (one Postgres write per `step` values), so no two ever overlap. A
-//! reservation is passed to exactly one script call and dropped afterwards,
-//! whatever the reply, so it is applied at most once.
+//! values of reservations applied to the key it runs on. A reservation is the next
+//! `max(step, count)` values above the mark (or above the key's ceiling, if that is
+//! higher), taken by raising the mark in one statement (one Postgres write per
+//! `step` values), so no two ever overlap. A reservation is passed to one script
+//! call at most and dropped afterwards, whatever the reply, so it is applied at
+//! most once.
 //!
 //! A key at its ceiling `c` asks for the range right above it, granted only while
 //! the mark is still `c`: the key's values go on without a gap, and when several
@@ -18,10 +19,16 @@
 //! there: values may be skipped, never repeated. The wait only decides whether
 //! values are skipped.
 //!
-//! A missing key (Redis lost it, or a new day) restarts at the durable mark *with
-//! nothing to hand out* (ceiling = mark): the mark may have been read before one
-//! loss and applied after another, below values issued in between, so only a
-//! reservation made afterwards makes values available.
+//! A missing key (Redis lost it, or a new day; or only its ceiling was lost)
+//! restarts at the durable mark *with nothing to hand out* (ceiling = mark): the
+//! mark may have been read before one loss and applied after another, below values
+//! issued in between, so only a reservation made afterwards makes values
+//! available.
+//!
+//! Every process issuing from a scope must run this design: an older one (which
+//! raised the mark to "what it needs plus a step" and handed out everything below)
+//! would hand out values reserved here for someone else. The README's upgrade
+//! section says so.
 //!
 //! Redis going back in time (a restart from an older snapshot, a failover to a
 //! lagging replica) would bring back an old value *and* its old ceiling, both valid

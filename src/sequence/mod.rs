@@ -25,8 +25,9 @@ pub const ORDER_TENANT: i64 = 0;
 const DURABLE_STEP: u64 = 1000;
 /// A call for many numbers at once (the worker numbers a whole batch) reserves
 /// this many calls' worth: one Postgres write per so many batches, and batches
-/// running side by side mostly find the numbers already reserved. A loss of the
-/// counter skips at most one reservation's rest (numbers skip, never repeat).
+/// running side by side mostly find the numbers already reserved. Numbers skip
+/// (never repeat) where a reservation goes unused: after a loss of the counter, or
+/// when a caller at the ceiling stalls longer than the others wait for it.
 const CALLS_AHEAD: u64 = 8;
 
 #[derive(Clone)]

@@ -185,3 +185,45 @@ async fn a_late_restart_after_a_second_loss_reissues_nothing() {
     assert_eq!(distinct.len(), values.len(), "a value handed out twice: {values:?}");
     app.shutdown().await;
 }
+
+/// Redis losing only one of a counter's two keys (an eviction, say), the value key
+/// or the ceiling key, with two instances taking values: none is handed out twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn losing_one_of_the_two_keys_reissues_nothing() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let pg = app.app().state().background_pg.clone();
+    let (node_url, _) = node();
+    let epoch = 1;
+    let redis = Redis::new(&node_url, false, Duration::from_secs(5)).unwrap();
+    let run_id = redis.conn().await.unwrap().run_id().clone();
+    redis.identity().set(Some(Verified::settled(run_id, epoch)));
+    let a = DurableCounter::new(redis.clone(), pg.clone(), ns.keys());
+    let b = DurableCounter::new(redis.clone(), pg.clone(), ns.keys());
+    let scope = "one-key-lost";
+    let (value_key, ceiling_key) = ns.keys().counter(scope, epoch);
+    let mut values: Vec<u64> = Vec::new();
+    for (round, lost) in [&ceiling_key, &value_key, &ceiling_key, &value_key]
+        .into_iter()
+        .enumerate()
+    {
+        for _ in 0..3 {
+            let (x, y) = tokio::join!(a.take(scope, 4, 600, 10), b.take(scope, 4, 600, 10));
+            for r in [x.unwrap(), y.unwrap()] {
+                values.extend(r.first..=r.last);
+            }
+        }
+        let mut conn = redis.conn().await.unwrap();
+        let gone: i64 = redis::cmd("DEL").arg(lost).query_async(&mut conn).await.unwrap();
+        assert_eq!(gone, 1, "round {round}: the key was there to lose");
+    }
+    // And after the last loss.
+    for _ in 0..3 {
+        let r = a.take(scope, 4, 600, 10).await.unwrap();
+        values.extend(r.first..=r.last);
+    }
+    assert_eq!(values.len(), 4 * 6 * 4 + 12);
+    let distinct: HashSet<u64> = values.iter().copied().collect();
+    assert_eq!(distinct.len(), values.len(), "a value handed out twice: {values:?}");
+    app.shutdown().await;
+}
