@@ -76,6 +76,16 @@ pub struct Range {
     pub last: u64,
 }
 
+impl Range {
+    /// The `size` values that end at `last` (a reservation's, `last` the new mark).
+    fn ending_at(last: u64, size: u64) -> Self {
+        Range {
+            first: last - size + 1,
+            last,
+        }
+    }
+}
+
 impl DurableCounter {
     pub fn new(redis: Redis, pg: PgPool, keys: Keys) -> Self {
         Self {
@@ -226,10 +236,7 @@ impl DurableCounter {
         .fetch_optional(&self.pg)
         .await
         .context("reserving counter values")?;
-        Ok(high.map(|h| Range {
-            first: h as u64 - size + 1,
-            last: h as u64,
-        }))
+        Ok(high.map(|h| Range::ending_at(h as u64, size)))
     }
 
     /// Reserves the `size` values above both the mark and `ceiling`, raising the
@@ -252,10 +259,7 @@ impl DurableCounter {
         .await
         .context("reserving counter values")?;
         match high {
-            Some(h) => Ok(Range {
-                first: h as u64 - size + 1,
-                last: h as u64,
-            }),
+            Some(h) => Ok(Range::ending_at(h as u64, size)),
             None => bail!("counter {scope}: Redis epoch {epoch} is behind the durable mark's; not issuing from it"),
         }
     }

@@ -82,28 +82,6 @@ fn node() -> (String, String) {
     (url, host_port)
 }
 
-async fn waiting_on_a_lock(pg: &sqlx::PgPool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'
-                AND query LIKE '%counter_watermarks%'",
-        )
-        .fetch_one(pg)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the slow instance never reached Postgres"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Instance B reads Postgres after a loss, then its call to Redis stalls; instance
 /// A restarts the key and issues values; Redis loses the key again; B's call
 /// arrives. Every value either instance was given is distinct.
@@ -155,7 +133,7 @@ async fn a_late_restart_after_a_second_loss_reissues_nothing() {
         let b = b.clone();
         async move { b.take(scope, 5, 600, 10).await }
     });
-    waiting_on_a_lock(&pg).await;
+    until_a_statement_waits_for_a_lock(&pg, "%counter_watermarks%").await;
     // B's next request to Redis (the restart) will wait in the proxy.
     proxy.hold.send_replace(true);
     lock.commit().await.unwrap();

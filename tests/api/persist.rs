@@ -456,25 +456,7 @@ async fn a_batch_and_its_relay_intents_commit_together() {
         async move { persist_relayed(&ctx, &batch, &[ia, ib]).await.unwrap() }
     });
     // Until the batch's transaction is seen waiting on that row.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'
-                AND query LIKE 'DELETE FROM relay_intents%'",
-        )
-        .fetch_one(app.pg())
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the batch never reached its intents"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    until_a_statement_waits_for_a_lock(app.pg(), "DELETE FROM relay_intents%").await;
     assert_eq!(stored().await, 0, "no order visible before its intents are gone");
     holder.rollback().await.unwrap();
     let o = persisting.await.unwrap();
