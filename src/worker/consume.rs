@@ -13,6 +13,15 @@ use lapin::types::FieldTable;
 use lapin::Channel;
 use tokio_util::sync::CancellationToken;
 
+/// A delivery received and parsed: its order batch, or `None` if it is not one.
+pub(super) struct Received(Delivery, Option<OrderBatch>);
+
+impl Received {
+    fn orders(&self) -> usize {
+        self.1.as_ref().map_or(0, |b| b.orders.len())
+    }
+}
+
 impl Worker {
     /// Consumes until `stop`, reconnecting after failures.
     pub async fn run(&self, stop: CancellationToken) {
@@ -61,57 +70,78 @@ impl Worker {
         let mut running = futures::stream::FuturesUnordered::new();
         let mut failure = None;
         let per_batch = (self.prefetch as usize).div_ceil(self.in_flight).max(1);
+        // A delivery that arrived while a batch was gathered but would have taken
+        // it past `self.batch` orders: the first of the next batch.
+        let mut carried: Option<Received> = None;
         loop {
-            let first = tokio::select! {
-                _ = stop.cancelled() => break,
-                Some(done) = running.next(), if !running.is_empty() => {
-                    if let Err(e) = done {
-                        failure = Some(e);
-                        break;
-                    }
-                    continue;
-                }
-                d = consumer.next(), if running.len() < self.in_flight => d,
-                d = dead.next() => {
-                    // The batches in flight finish first: a dead letter of the same
-                    // sale would wait for their voucher locks while they, not
-                    // polled, waited for it.
-                    while let Some(done) = running.next().await {
-                        if let Err(e) = done {
-                            failure.get_or_insert(e);
+            let first = match carried.take() {
+                Some(c) if running.len() < self.in_flight => Ok(c),
+                other => {
+                    carried = other;
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        Some(done) = running.next(), if !running.is_empty() => {
+                            if let Err(e) = done {
+                                failure = Some(e);
+                                break;
+                            }
+                            continue;
+                        }
+                        d = consumer.next(), if running.len() < self.in_flight && carried.is_none() => d
+                            .context("the consumer ended")
+                            .and_then(|d| d.context("receiving a delivery"))
+                            .map(|d| self.parse(d)),
+                        d = dead.next() => {
+                            // The batches in flight finish first: a dead letter of the same
+                            // sale would wait for their voucher locks while they, not
+                            // polled, waited for it.
+                            while let Some(done) = running.next().await {
+                                if let Err(e) = done {
+                                    failure.get_or_insert(e);
+                                }
+                            }
+                            if failure.is_some() {
+                                break;
+                            }
+                            let dead_letter = async {
+                                let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
+                                let _held = Held::new(&self.holding, 1);
+                                self.handle_dead(&timeouts, d, stop).await
+                            };
+                            if let Err(e) = dead_letter.await {
+                                failure = Some(e);
+                                break;
+                            }
+                            continue;
                         }
                     }
-                    if failure.is_some() {
-                        break;
-                    }
-                    let dead_letter = async {
-                        let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
-                        let _held = Held::new(&self.holding, 1);
-                        self.handle_dead(&timeouts, d, stop).await
-                    };
-                    if let Err(e) = dead_letter.await {
-                        failure = Some(e);
-                        break;
-                    }
-                    continue;
                 }
             };
-            let first = match first
-                .context("the consumer ended")
-                .and_then(|d| d.context("receiving a delivery"))
-            {
+            let first = match first {
                 Ok(d) => d,
                 Err(e) => {
                     failure = Some(e);
                     break;
                 }
             };
-            let mut deliveries = vec![first];
             // Whatever else has already arrived joins this batch, up to its share of
-            // the prefetch window; nothing waits for more.
-            while deliveries.len() < per_batch {
+            // the prefetch window and `self.batch` orders (one transaction); nothing
+            // waits for more. Batches of whole transactions keep every batch in
+            // flight busy to the end of a backlog: a batch of several transactions
+            // ran them one after another while the others had finished.
+            let mut orders = first.orders();
+            let mut deliveries = vec![first];
+            while deliveries.len() < per_batch && orders < self.batch {
                 match consumer.next().now_or_never() {
-                    Some(Some(Ok(d))) => deliveries.push(d),
+                    Some(Some(Ok(d))) => {
+                        let d = self.parse(d);
+                        if orders + d.orders() > self.batch {
+                            carried = Some(d);
+                            break;
+                        }
+                        orders += d.orders();
+                        deliveries.push(d);
+                    }
                     _ => break,
                 }
             }
@@ -139,14 +169,26 @@ impl Worker {
         Ok(())
     }
 
+    /// A delivery and its order batch (`None`: not an order batch, poison).
+    fn parse(&self, d: Delivery) -> Received {
+        let batch = serde_json::from_slice::<OrderBatch>(&d.data)
+            .map_err(|e| tracing::error!(error = %e, bytes = d.data.len(), "poison message; dead-lettering it"))
+            .ok();
+        Received(d, batch)
+    }
+
     /// Persists the orders of `deliveries` and settles each delivery.
-    pub async fn handle(&self, timeouts: &Channel, deliveries: Vec<Delivery>, stop: &CancellationToken) -> Result<()> {
+    pub(super) async fn handle(
+        &self,
+        timeouts: &Channel,
+        deliveries: Vec<Received>,
+        stop: &CancellationToken,
+    ) -> Result<()> {
         let mut good: Vec<(Delivery, OrderBatch)> = Vec::new();
-        for d in deliveries {
-            match serde_json::from_slice::<OrderBatch>(&d.data) {
-                Ok(b) => good.push((d, b)),
-                Err(e) => {
-                    tracing::error!(error = %e, bytes = d.data.len(), "poison message; dead-lettering it");
+        for Received(d, batch) in deliveries {
+            match batch {
+                Some(b) => good.push((d, b)),
+                None => {
                     self.metrics.worker_poison.inc();
                     d.reject(BasicRejectOptions { requeue: false })
                         .await
