@@ -81,14 +81,13 @@ impl Columns {
     /// where `INSERT` writes one per row (index entries are one record each either
     /// way). If a row conflicts (a redelivered batch, an incident), that attempt is
     /// rolled back to its savepoint and the rows no constraint refuses are
-    /// inserted, the others skipped for the caller to settle. The flag says whether
-    /// the rows went in by the `COPY` (false: the tolerant insert).
+    /// inserted, the others skipped for the caller to settle. Returns `None` when
+    /// the `COPY` stored every row with the status it was given, else what the
+    /// tolerant insert reports (id -> status of the rows it inserted).
     ///
     /// Must run to its end (see [`super::persist`]).
-    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<(HashMap<i64, String>, bool), sqlx::Error> {
+    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<Option<HashMap<i64, String>>, sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-        // No row comes back: when every row went in, each has the status it was
-        // given.
         let copied = async {
             let mut copy = tx.copy_in_raw(COPY).await?;
             copy.send(self.binary()).await?;
@@ -97,17 +96,26 @@ impl Columns {
         match copied.await {
             Ok(n) if n == self.id.len() as u64 => {
                 sqlx::query("RELEASE SAVEPOINT fresh_orders").execute(&mut *tx).await?;
-                Ok((self.id.iter().copied().zip(self.status.iter().cloned()).collect(), true))
+                Ok(None)
             }
             // Fewer rows than given without an error (never expected: nothing on
             // the table drops a row) is settled as a conflict is, from what the
             // tolerant insert reports.
-            Ok(_) => Ok((self.insert_again(tx).await?, false)),
+            Ok(_) => Ok(Some(self.insert_again(tx).await?)),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNIQUE_VIOLATION) => {
-                Ok((self.insert_again(tx).await?, false))
+                Ok(Some(self.insert_again(tx).await?))
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Admitted id -> business number, of the rows given one.
+    pub fn numbered(&self) -> HashMap<i64, String> {
+        self.original
+            .iter()
+            .zip(&self.order_no)
+            .filter_map(|(id, n)| n.clone().map(|n| (*id, n)))
+            .collect()
     }
 
     /// The rows in `COPY`'s binary format: a header, then each row as its field

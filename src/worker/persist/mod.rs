@@ -52,7 +52,7 @@ pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistEr
 pub async fn persist_relayed(ctx: &Ctx, batch: &[OrderMsg], intents: &[i64]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
     orders.sort_by_key(|o| (o.created_ms, o.id));
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::with_capacity(orders.len());
     orders.retain(|o| seen.insert(o.id));
     let outcome = Outcome {
         duplicates: batch.len() - orders.len(),

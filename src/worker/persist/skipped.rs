@@ -15,14 +15,41 @@ const SECOND_ORDER: &str = "the shopper already has an order for this voucher";
 
 /// What settling the skipped rows found.
 pub struct Settled {
+    /// Every row was stored, under its own id, with the status it was given (the
+    /// `COPY` met no conflict): `inserted` is empty and says nothing.
+    as_given: bool,
     /// Admitted id -> status of every row stored by this batch.
-    pub inserted: HashMap<i64, String>,
+    inserted: HashMap<i64, String>,
     pub duplicates: usize,
     /// Orders stored under a fresh id.
     pub collided: Vec<OrderMsg>,
     pub renumbered: usize,
     /// Orders stored failed: their shopper already has a live order.
     pub refused: Vec<OrderMsg>,
+}
+
+impl Settled {
+    /// Every row stored as it was given, nothing skipped.
+    pub fn as_given() -> Self {
+        Settled {
+            as_given: true,
+            inserted: HashMap::new(),
+            duplicates: 0,
+            collided: Vec::new(),
+            renumbered: 0,
+            refused: Vec::new(),
+        }
+    }
+
+    /// The status a row of the batch was stored with by this batch (`None`: not
+    /// stored by it, as a redelivered order already stored).
+    pub fn status_of<'a>(&'a self, (o, failure): &Row) -> Option<&'a str> {
+        if self.as_given {
+            Some(if failure.is_some() { "failed" } else { "created" })
+        } else {
+            self.inserted.get(&o.id).map(String::as_str)
+        }
+    }
 }
 
 /// Looks at the rows `inserted` lacks until each is stored or known to be stored
@@ -35,6 +62,7 @@ pub async fn settle(
     mut numbered: HashMap<i64, String>,
 ) -> Result<Settled, PersistError> {
     let mut s = Settled {
+        as_given: false,
         inserted,
         duplicates: 0,
         collided: Vec::new(),

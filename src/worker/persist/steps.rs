@@ -51,29 +51,30 @@ pub(super) async fn store(
     let to_create = rows.iter().filter(|(_, f)| f.is_none()).count();
     let mut numbers = order_numbers(&ctx.sequences, to_create).await?.into_iter();
     let mut cols = Columns::default();
-    let mut numbered: HashMap<i64, String> = HashMap::new();
     for (o, failure) in rows {
         let order_no = if failure.is_none() { numbers.next() } else { None };
-        if let Some(n) = &order_no {
-            numbered.insert(o.id, n.clone());
-        }
         cols.push(o, failure.map(str::to_owned), order_no);
     }
-    let (inserted, copied) = cols.insert_in_tx(&mut *tx).await?;
-    outcome.tolerant_inserts += usize::from(!copied);
-    let settled = skipped::settle(&mut *tx, &ctx.sequences, rows, inserted, numbered).await?;
+    let settled = match cols.insert_in_tx(&mut *tx).await? {
+        // The common case: every row went in with the status it was given.
+        None => Settled::as_given(),
+        Some(inserted) => {
+            outcome.tolerant_inserts += 1;
+            skipped::settle(&mut *tx, &ctx.sequences, rows, inserted, cols.numbered()).await?
+        }
+    };
     outcome.duplicates += settled.duplicates;
     outcome.id_collisions = settled.collided.len();
     outcome.number_collisions = settled.renumbered;
     let mut units: HashMap<i64, i32> = HashMap::new();
-    for (o, _) in rows
-        .iter()
-        .filter(|(o, _)| settled.inserted.get(&o.id).is_some_and(|s| s == "created"))
-    {
-        *units.entry(o.voucher_id).or_default() += 1;
+    for row in rows {
+        match settled.status_of(row) {
+            Some("created") => *units.entry(row.0.voucher_id).or_default() += 1,
+            Some("failed") => outcome.failed += 1,
+            _ => {}
+        }
     }
     outcome.created = units.values().map(|n| *n as usize).sum();
-    outcome.failed = settled.inserted.values().filter(|s| *s == "failed").count();
     Ok((settled, units))
 }
 
@@ -190,10 +191,7 @@ pub(super) async fn forget_intents(tx: &mut PgConnection, intents: &[i64]) -> Re
 }
 
 pub(super) fn log_incidents(rows: &[Row], settled: &Settled) {
-    for (o, f) in rows
-        .iter()
-        .filter(|(o, f)| f.is_some() && settled.inserted.contains_key(&o.id))
-    {
+    for (o, f) in rows.iter().filter(|r| r.1.is_some() && settled.status_of(r).is_some()) {
         tracing::error!(
             order_id = o.id,
             user_id = o.user_id,
