@@ -75,7 +75,9 @@ impl Worker {
         let mut carried: Option<Received> = None;
         loop {
             let first = match carried.take() {
-                Some(c) if running.len() < self.in_flight => Ok(c),
+                // Not once stopping: the select below sees the stop and leaves
+                // the carried delivery unacknowledged, for the broker to requeue.
+                Some(c) if running.len() < self.in_flight && !stop.is_cancelled() => Ok(c),
                 other => {
                     carried = other;
                     tokio::select! {
