@@ -78,3 +78,52 @@ async fn a_backlog_of_coalesced_entries_is_published_in_messages_within_the_batc
     relay.shutdown().await;
     api.shutdown().await;
 }
+
+/// A backlog of messages of 4 to 7 orders waiting in RabbitMQ, taken by a worker
+/// whose transactions hold at most 8 orders: a batch gathers messages while they
+/// fit, a message that would take it past 8 starts the next batch, and every order
+/// is stored once, its unit taken once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_gathers_a_backlog_into_transactions_within_its_batch() {
+    let ns = Namespace::new().await;
+    // API and relay, no worker: the orders wait in RabbitMQ.
+    let api = TestApp::builder(&ns)
+        .worker(false)
+        .env("SECKILL_RELAY_BATCH", "4")
+        .spawn()
+        .await;
+    let stock = 1_000;
+    let v = api.flash_sale(stock).await;
+    let api_ref = &api;
+    let placed = futures::stream::iter(1..=300i64)
+        .map(|u| async move { api_ref.order(v, u).await.0 })
+        .buffer_unordered(64)
+        .filter(|s| futures::future::ready(*s == StatusCode::ACCEPTED))
+        .count()
+        .await as i64;
+    assert_eq!(placed, 300, "every shopper's order is accepted");
+    wait_relayed(&api, ns.keys().outbox(v)).await;
+
+    // A second instance with a worker (it serves `/metrics` too).
+    let worker = TestApp::builder(&ns).env("SECKILL_WORKER_BATCH", "8").spawn().await;
+    wait_stored(&worker, v, placed, Duration::from_secs(60), "the backlog").await;
+    let counted = eventually(Duration::from_secs(10), || async {
+        (worker.metric("seckill_worker_batch_orders_sum").await >= placed as f64).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "the worker counted every stored order");
+    let orders = worker.metric("seckill_worker_batch_orders_sum").await;
+    let batches = worker.metric("seckill_worker_batch_orders_count").await;
+    let within = worker.metric("seckill_worker_batch_orders_bucket{le=\"8\"}").await;
+    assert_eq!(orders, placed as f64, "every order once");
+    assert_eq!(within, batches, "every transaction holds at most 8 orders");
+    assert_eq!(stored_orders(&worker, v).await, Some(placed), "every order stored once");
+    let left: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(worker.pg())
+        .await
+        .unwrap();
+    assert_eq!(left as i64, stock - placed, "each order took its unit once");
+    worker.shutdown().await;
+    api.shutdown().await;
+}
