@@ -91,16 +91,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Command::Worker => Mode::Worker,
             Command::Migrate => {
                 let pg = app::pg_pool(&settings)?;
-                let counter = crate::sequence::counter::DurableCounter::new(
-                    crate::redis_conn::Redis::new(
-                        settings.redis_url.expose(),
-                        settings.redis_cluster,
-                        settings.dependency_timeout,
-                    )?,
-                    pg.clone(),
-                    crate::keys::Keys::new(&settings.namespace),
-                );
-                let sequences = crate::sequence::Sequences::new(counter, pg.clone(), crate::clock::Clock::system());
+                let sequences = crate::sequence::Sequences::new(pg.clone(), crate::clock::Clock::system());
                 app::migrate(&pg, &sequences, &settings).await?;
                 println!("migrations applied");
                 return Ok(());

@@ -6,7 +6,6 @@ use crate::http::AppState;
 use crate::keys::Keys;
 use crate::order::id_worker::IdWorker;
 use crate::redis_conn::Redis;
-use crate::sequence::counter::DurableCounter;
 use crate::sequence::Sequences;
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
@@ -65,22 +64,8 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         settings.dependency_timeout,
         settings.delivery_limit,
     ));
-    let (wait_replicas, wait_deadline) = (settings.redis_wait_replicas, settings.redis_wait_timeout);
-    let background_counter = DurableCounter::new(redis.clone(), background_pg.clone(), keys.clone()).with_replicas(
-        wait_replicas,
-        wait_deadline,
-        settings.dependency_timeout,
-    );
-    let background_sequences = Sequences::new(background_counter.clone(), background_pg.clone(), opts.clock.clone());
-    let sequences = Sequences::new(
-        DurableCounter::new(redis.clone(), pg.clone(), keys.clone()).with_replicas(
-            wait_replicas,
-            wait_deadline,
-            settings.dependency_timeout,
-        ),
-        pg.clone(),
-        opts.clock.clone(),
-    );
+    let background_sequences = Sequences::new(background_pg.clone(), opts.clock.clone());
+    let sequences = Sequences::new(pg.clone(), opts.clock.clone());
     if settings.migrate_on_start && mode.serves_http() {
         migrate(&background_pg, &background_sequences, &settings).await?;
     } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
@@ -138,7 +123,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     if let Err(e) = clock_skew.check(&background_pg, &opts.clock).await {
         tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
     }
-    let ids = IdWorker::new(background_counter, opts.clock.clone(), settings.id_block);
+    let ids = IdWorker::new(background_pg.clone(), opts.clock.clone(), settings.id_block);
     if mode.serves_http() {
         if let Err(e) = ids.warm_up().await {
             tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");

@@ -78,7 +78,7 @@ impl Settings {
             worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 64, 1, 10_000)? as u16,
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 10_000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
-            id_block: num(&var, "SECKILL_ID_BLOCK", 1000, 1, 1_000_000)? as u32,
+            id_block: num(&var, "SECKILL_ID_BLOCK", 10_000, 1, 1_000_000)? as u32,
             worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
             lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
             user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),

@@ -61,7 +61,7 @@ pub struct Settings {
     pub worker_batch: usize,
     /// Deliveries of one message before RabbitMQ dead-letters it.
     pub delivery_limit: u32,
-    /// Order ids the ID worker takes from Redis in one call.
+    /// Order ids one reservation in Postgres takes (a process holds two blocks).
     pub id_block: u32,
     /// How long a worker holds a batch it cannot persist before handing it back.
     pub worker_hold_limit: Duration,

@@ -193,16 +193,6 @@ impl Keys {
         format!("{}:events", self.ns)
     }
 
-    /// The value and ceiling keys of one durable daily counter in one epoch: a new
-    /// epoch (after Redis went back in time) starts new keys, which start from the
-    /// durable mark, above every value issued before.
-    pub fn counter(&self, scope: &str, epoch: i64) -> (String, String) {
-        (
-            format!("{}:ctr:{{{}}}:e{}:value", self.ns, scope, epoch),
-            format!("{}:ctr:{{{}}}:e{}:ceiling", self.ns, scope, epoch),
-        )
-    }
-
     /// A distributed lock's hash (one hash tag per lock).
     pub fn lock(&self, name: &str) -> String {
         format!("{}:lock:{{{}}}", self.ns, name)

@@ -1,30 +1,31 @@
 //! Order ids: a positive 63-bit number, seconds since [`EPOCH_SECS`] in the high
 //! bits and a per-day counter in the low 32 bits (the usual Redis ID worker).
 //!
-//! The counter comes from a [`DurableCounter`] whose scope is the UTC day, taken in
-//! blocks so that the hot path rarely calls Redis: one call per `block` ids, made in
-//! the background before the current block runs out. Ids are unique because
-//! (second, counter) pairs are: a block is only used on the day it was taken, the
-//! counter never repeats within a day (even after Redis loses it), and the second
-//! pins the day.
+//! The counter is reserved in Postgres ([`crate::sequence::ranges`]) in blocks, one
+//! scope per UTC day: each process takes a block of `block` values at a time, in
+//! one statement, and hands its ids out from memory. Ids are unique because
+//! (second, counter) pairs are: a block is only used on the day it was taken, no
+//! two reservations of a day overlap (a row lock and a durable mark in Postgres,
+//! whatever Redis or the processes go through), and the second pins the day. So
+//! ids depend on no Redis master: a shop of many masters keeps taking orders on
+//! the masters that answer while one is down.
 //!
-//! Blocks are fetched in the background (Redis, and Postgres for a reservation now
-//! and then), and on the order path only when none is left: a block is fetched
-//! when the process starts ([`IdWorker::warm_up`]), a
+//! Blocks are fetched in the background, and on the order path only when none is
+//! left: a block is fetched when the process starts ([`IdWorker::warm_up`]), a
 //! spare is fetched while the current one is in use, and in the last minutes of a
-//! UTC day the first block of the next day is fetched ahead, so the order path keeps
-//! working through midnight even while Postgres is down.
+//! UTC day the first block of the next day is fetched ahead, so the order path
+//! keeps working through midnight, and through a Postgres outage for as long as
+//! the blocks in hand last (two blocks: `SECKILL_ID_BLOCK` × 2 orders).
 use crate::clock::Clock;
-use crate::sequence::counter::DurableCounter;
+use crate::sequence::ranges;
 use anyhow::{bail, Result};
 use chrono::{DateTime, Utc};
+use sqlx::PgPool;
 use std::sync::{Arc, Mutex};
 
 /// 2024-01-01T00:00:00Z.
 pub const EPOCH_SECS: i64 = 1_704_067_200;
 const COUNTER_BITS: u32 = 32;
-/// Ids one reservation in Postgres takes (one Postgres write per this many).
-const DURABLE_STEP: u64 = 1_000_000;
 const DAY_SECS: i64 = 86_400;
 /// How long before UTC midnight the next day's first block is fetched.
 const NEXT_DAY_AHEAD_SECS: i64 = 600;
@@ -73,7 +74,7 @@ impl Blocks {
 }
 
 pub struct IdWorker {
-    counter: DurableCounter,
+    pg: PgPool,
     clock: Clock,
     block: u64,
     blocks: Mutex<Blocks>,
@@ -84,9 +85,9 @@ pub struct IdWorker {
 }
 
 impl IdWorker {
-    pub fn new(counter: DurableCounter, clock: Clock, block: u32) -> Arc<Self> {
+    pub fn new(pg: PgPool, clock: Clock, block: u32) -> Arc<Self> {
         Arc::new(Self {
-            counter,
+            pg,
             clock,
             block: block.max(1) as u64,
             blocks: Mutex::new(Blocks::default()),
@@ -108,7 +109,7 @@ impl IdWorker {
         Ok(())
     }
 
-    /// The next order id. Awaits Redis only when no block is left.
+    /// The next order id. Awaits Postgres only when no block is left.
     pub async fn next_id(self: &Arc<Self>) -> Result<i64> {
         for _ in 0..4 {
             let now = self.clock.now();
@@ -153,11 +154,10 @@ impl IdWorker {
     }
 
     async fn fetch(&self, day: i64) -> Result<Block> {
-        let scope = format!("order_id:{day}");
-        // Keep the key one extra day past its own, then let it expire.
-        let now = self.clock.now().timestamp();
-        let ttl = ((day + 2) * DAY_SECS - now).max(60) as u64;
-        let r = self.counter.take(&scope, self.block, ttl, DURABLE_STEP).await?;
+        let r = ranges::reserve(&self.pg, &format!("order_id:{day}"), self.block).await?;
+        if r.last >= 1 << COUNTER_BITS {
+            bail!("more than 2^32 order ids reserved for day {day}");
+        }
         Ok(Block {
             day,
             next: r.first,

@@ -1,45 +1,34 @@
 //! Daily business numbers: prefix + local date + a zero-padded counter that
 //! restarts at local midnight of the rule's time zone, never issued twice.
 //!
-//! The counter is a [`counter::DurableCounter`] whose scope names the rule, the
-//! tenant and the local date: a new day is a new key (no expiry racing with an
-//! increment, a known way to issue a number twice), and the date in the number and
-//! in the key come from the same instant.
+//! Each call reserves its numbers in Postgres ([`ranges`]), in a scope that names
+//! the rule, the tenant and the local date: a new day is a new scope (nothing
+//! expires or resets, a known way to issue a number twice), and the date in the
+//! number and in the scope come from the same instant. One statement per call,
+//! whatever Redis is going through.
 pub mod body;
-pub mod counter;
+pub mod ranges;
 pub mod rule;
 
 pub use rule::{Rule, RuleError};
 
 use crate::clock::Clock;
 use anyhow::{Context, Result};
-use chrono::{Days, TimeZone};
-use counter::DurableCounter;
 use sqlx::PgPool;
 
 /// The rule orders take their `order_no` from.
 pub const ORDER_RULE: &str = "order";
 /// The tenant order numbers are issued under.
 pub const ORDER_TENANT: i64 = 0;
-/// The fewest numbers one reservation in Postgres takes for a sequence counter.
-const DURABLE_STEP: u64 = 1000;
-/// A call for many numbers at once (the worker numbers a whole batch) reserves
-/// this many calls' worth: one Postgres write per so many batches, and batches
-/// running side by side mostly find the numbers already reserved. Numbers skip
-/// (never repeat) where a reservation goes unused: after a loss of the counter, or
-/// when a caller at the ceiling stalls longer than the others wait for it.
-const CALLS_AHEAD: u64 = 8;
-
 #[derive(Clone)]
 pub struct Sequences {
-    counter: DurableCounter,
     pg: PgPool,
     clock: Clock,
 }
 
 impl Sequences {
-    pub fn new(counter: DurableCounter, pg: PgPool, clock: Clock) -> Self {
-        Self { counter, pg, clock }
+    pub fn new(pg: PgPool, clock: Clock) -> Self {
+        Self { pg, clock }
     }
 
     /// Creates the default `order` rule if it does not exist yet.
@@ -63,21 +52,7 @@ impl Sequences {
         let local = now.with_timezone(&rule.tz);
         let day = local.date_naive();
         let scope = format!("seq:{}:{}:{}", rule.name, tenant, day.format("%Y%m%d"));
-        // The key outlives its local day by one more day, then expires.
-        let next_midnight = day
-            .checked_add_days(Days::new(2))
-            .and_then(|d| rule.tz.from_local_datetime(&d.and_hms_opt(0, 0, 0)?).earliest())
-            .map(|t| (t.timestamp() - now.timestamp()).max(60) as u64)
-            .unwrap_or(3 * 86_400);
-        let range = self
-            .counter
-            .take(
-                &scope,
-                count,
-                next_midnight,
-                DURABLE_STEP.max(count.saturating_mul(CALLS_AHEAD)),
-            )
-            .await?;
+        let range = ranges::reserve(&self.pg, &scope, count).await?;
         let date = rule.format_date(day);
         Ok((range.first..=range.last).map(|n| rule.number(&date, n)).collect())
     }

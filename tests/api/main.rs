@@ -11,7 +11,7 @@ mod coalesce;
 mod console;
 mod conventions;
 mod cost;
-mod counter_losses;
+mod counter_ranges;
 mod cut_off;
 mod dead_letters;
 mod deploy;

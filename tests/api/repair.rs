@@ -4,7 +4,6 @@
 use crate::fixtures::{signal, spawn_worker_binary};
 use crate::helpers::*;
 use reqwest::StatusCode;
-use std::collections::HashSet;
 use std::time::Duration;
 
 /// A worker holds orders it received and has not persisted (here: frozen with
@@ -173,38 +172,4 @@ async fn a_stale_repair_cannot_write_a_sale() {
     assert_eq!(stale, 0, "nor open it with its stock");
     let stock: Option<i64> = redis::cmd("GET").arg(k.stock(v)).query_async(&mut redis).await.unwrap();
     assert_eq!(stock, None);
-}
-
-/// While some processes still use the previous epoch's counter keys (they have not
-/// noticed the repair yet) and others the new ones, on the same server: the new
-/// keys start above anything the old ones can still hand out, because starting them
-/// stamps the durable mark with the new epoch and the old keys can no longer raise it.
-#[tokio::test]
-async fn counters_of_two_epochs_on_one_server_never_overlap() {
-    use seckill::redis_conn::Verified;
-    use seckill::sequence::counter::DurableCounter;
-    let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
-    let state = app.app().state();
-    let epoch = current_epoch(&app).await;
-    let counter_at = |e: i64| async move {
-        let redis = test_redis();
-        let run_id = redis.conn().await.unwrap().run_id().clone();
-        redis.identity().set(Some(Verified::settled(run_id, e)));
-        DurableCounter::new(redis, state.background_pg.clone(), state.keys.clone())
-    };
-    let old = counter_at(epoch).await;
-    let new = counter_at(epoch + 1).await;
-    let mut values = Vec::new();
-    let mut take = |r: seckill::sequence::counter::Range| values.extend(r.first..=r.last);
-    take(old.take("two-epochs", 5, 600, 10).await.unwrap());
-    take(new.take("two-epochs", 5, 600, 10).await.unwrap());
-    // Within its ceiling the old key still hands out values...
-    take(old.take("two-epochs", 5, 600, 10).await.unwrap());
-    // ...but it cannot raise the mark any more.
-    let refused = old.take("two-epochs", 20, 600, 10).await;
-    assert!(refused.is_err(), "{refused:?}");
-    take(new.take("two-epochs", 20, 600, 10).await.unwrap());
-    let distinct: HashSet<u64> = values.iter().copied().collect();
-    assert_eq!(distinct.len(), values.len(), "a value handed out twice: {values:?}");
 }

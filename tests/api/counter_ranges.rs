@@ -1,0 +1,58 @@
+//! Ranges of the durable counters (order ids, business numbers) reserved in
+//! Postgres: concurrent callers over several pools (as several processes are)
+//! never get one value twice, and together they use every value from 1 on.
+use crate::helpers::*;
+use futures::future::join_all;
+use seckill::sequence::ranges::{reserve, Range};
+use std::collections::HashSet;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservations_from_many_pools_at_once_never_overlap() {
+    let ns = Namespace::new().await;
+    // Migrated by the application; then three pools of their own, as three processes.
+    let app = TestApp::builder(&ns).worker(false).spawn().await;
+    let url = ns.vars["DATABASE_URL"].clone();
+    let mut pools = Vec::new();
+    for _ in 0..3 {
+        pools.push(sqlx::PgPool::connect(&url).await.unwrap());
+    }
+    let calls = (0..300u64).map(|i| {
+        let pg = pools[(i % 3) as usize].clone();
+        // Sizes 1 to 7, as a worker's batches and an id worker's blocks differ.
+        tokio::spawn(async move { reserve(&pg, "ranges-test", 1 + i % 7).await.unwrap() })
+    });
+    let ranges: Vec<Range> = join_all(calls).await.into_iter().map(Result::unwrap).collect();
+    let mut values: Vec<u64> = ranges.iter().flat_map(|r| r.first..=r.last).collect();
+    let total: u64 = (0..300u64).map(|i| 1 + i % 7).sum();
+    assert_eq!(values.len() as u64, total);
+    let distinct: HashSet<u64> = values.iter().copied().collect();
+    assert_eq!(distinct.len(), values.len(), "a value reserved twice");
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        (1..=total).collect::<Vec<u64>>(),
+        "every value from 1, none skipped"
+    );
+    // The mark is the top of every range: a new caller starts above it.
+    let next = reserve(app.pg(), "ranges-test", 1).await.unwrap();
+    assert_eq!(next.first, total + 1);
+    for p in pools {
+        p.close().await;
+    }
+}
+
+/// Order ids of a process that stopped are never handed out by the next one: the
+/// blocks live in Postgres, not in the process or in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_after_another_never_reissues_its_ids() {
+    let ns = Namespace::new().await;
+    let first = TestApp::builder(&ns).env("SECKILL_ID_BLOCK", "4").spawn().await;
+    let v = first.flash_sale(100).await;
+    let mut ids: Vec<i64> = accepted(&wave(&first, v, 1..=10).await).into_values().collect();
+    drop(first);
+    let second = TestApp::builder(&ns).env("SECKILL_ID_BLOCK", "4").spawn().await;
+    ids.extend(accepted(&wave(&second, v, 11..=20).await).into_values());
+    assert_eq!(ids.len(), 20, "every shopper got an order");
+    let distinct: HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(distinct.len(), 20, "an order id issued twice: {ids:?}");
+}
