@@ -1,16 +1,14 @@
 -- outbox_ack.lua: acknowledge outbox entries a relay published (the broker confirmed
 -- them), then drop every entry of the stream that no relay needs any more.
 --
--- KEYS[1] the outbox stream   KEYS[2] the shard's repair fence (the epoch of the
--- newest repair that closed or rewrote the shard)
--- ARGV[1] the relays' consumer group   ARGV[2] the epoch the relay read the entries
--- in   ARGV[3..] the ids of the published entries
+-- KEYS[1] the outbox stream
+-- ARGV[1] the relays' consumer group   ARGV[2..] the ids of the published entries
 --
--- Returns the number of entries dropped, or -1 when a repair newer than the relay's
--- epoch has closed the shard: nothing is acknowledged, the entries stay for the
--- repair to count (its barrier found them in the outbox; dropping them now would
--- hide them from the rebuild) and are published again later, harmlessly. Afterwards the stream holds exactly the
--- entries not acknowledged yet (its length is the backlog the console reports).
+-- Returns the number of entries dropped. Afterwards the stream holds exactly the
+-- entries not acknowledged yet (its length is the backlog the console reports). A
+-- repair reads the outboxes before the relays' intents and Postgres, so an entry
+-- acknowledged while it rebuilds the sale is counted from the intent its relay
+-- recorded before publishing it (src/recovery/).
 --
 -- Why not XDEL the ids: XDEL seeks each id through the stream's nodes, and cost
 -- Redis about 8 us per order under a crowd, more than a third of the script that
@@ -22,16 +20,13 @@
 -- nothing below the last-delivered id can still be unread. Acknowledged ids at or
 -- above that floor (another relay still holds older entries) are XDELed as before:
 -- rare, and the stream never keeps what is published.
-if tonumber(redis.call('GET', KEYS[2]) or '0') > tonumber(ARGV[2]) then
-  return -1
-end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  -- Gone meanwhile (a repair rebuilt the sale): nothing to acknowledge or drop.
+  -- Gone meanwhile: nothing to acknowledge or drop.
   return 0
 end
 local group = ARGV[1]
 local n = #ARGV
-local i = 3
+local i = 2
 while i <= n do
   local j = math.min(i + 499, n)
   redis.call('XACK', KEYS[1], group, unpack(ARGV, i, j))
@@ -72,7 +67,7 @@ if floor ~= nil then
   dropped = redis.call('XTRIM', KEYS[1], 'MINID', floor)
 end
 local above = {}
-for k = 3, n do
+for k = 2, n do
   if floor == nil or not below(ARGV[k], floor) then
     above[#above + 1] = ARGV[k]
   end

@@ -6,32 +6,44 @@
 --                   order (a mark written before this version is the id alone)
 -- KEYS[3] admitted  the number of orders the shard admitted (integer string)
 -- KEYS[4] outbox    the shard's outbox stream, read by the relay: one entry per call
---                   that accepted any order, fields `v` the voucher id and `b` the
+--                   that accepted any order, fields `v` the voucher id, `b` the
 --                   accepted orders as "id,user,created_ms,id,user,created_ms,..."
+--                   and `s` the shard's sequence after the call
+-- KEYS[5] seq       the shard's sequence (see src/recovery/): gen * 2^32 + writes
 -- ARGV[1] voucher id
--- ARGV[2] the outbox entry's `b` for the call's orders, all of them, in order
+-- ARGV[2] the caller's floor: the highest sequence of this shard it has seen
+-- ARGV[3] the outbox entry's `b` for the call's orders, all of them, in order
 --         (what the entry holds when every order is accepted; the caller builds
 --         it from the same orders as the marks)
 -- then for each order two values: the user id and its mark, "order_id:created_ms"
 --
--- Returns one reply per order, in order: the stock left after it (>= 0) when
--- accepted, or -1 sold out, {-2, order id} the shopper already has an order (its
--- id: the shopper learns it without another round trip; also when the shopper's
--- first order is earlier in this batch), -3 the shard's stock is not loaded (Redis
--- lost it: the caller must refuse rather than sell from nothing).
+-- Returns {status, seq, replies...}:
+--   status 1: one reply per order follows, in order: the stock left after it
+--     (>= 0) when accepted, or -1 sold out, {-2, order id} the shopper already has
+--     an order (its id: the shopper learns it without another round trip; also when
+--     the shopper's first order is earlier in this batch); seq is the sequence after
+--     the call (unchanged if it admitted nothing);
+--   status 0: the shard is behind the caller's floor: it went back in time and lost
+--     writes someone saw. The script closes it (drops the stock key, so that no
+--     caller sells from it, whatever its floor) and writes nothing else; seq is the
+--     sequence it found;
+--   status -1: the shard's stock is not loaded (Redis lost it, or a repair closed
+--     it): the caller must refuse rather than sell from nothing.
 --
 -- Why one script: Redis runs it without interleaving any other command, so for each
 -- order the stock check, the one-per-shopper check, the decrement, the shopper mark
 -- and the outbox append happen together or not at all. Two shoppers racing for the
 -- last unit cannot both pass the check, one shopper's concurrent requests cannot both
 -- pass, and an order is never admitted without being in the outbox (a crash of the
--- API after this script, or RabbitMQ being down, cannot lose it). All four keys share
--- the shard's hash tag, so the script also runs on Redis Cluster.
+-- API after this script, or RabbitMQ being down, cannot lose it). The sequence is
+-- checked in the same step that would use the state: a shard that lost writes is
+-- caught by the first call that knows of them, before it sells. All keys share the
+-- shard's hash tag, so the script also runs on Redis Cluster.
 --
 -- Nothing is written before every order is decided, and the writes come in the
--- order of a single order's script: the decrement, the marks, the count, then the
--- outbox entry. A stock that is not an integer, or a call of more orders than a
--- call may carry, is an error before any write.
+-- order of a single order's script: the decrement, the marks, the count, the
+-- outbox entry, then the sequence. A stock that is not an integer, or a call of
+-- more orders than a call may carry, is an error before any write.
 --
 -- Why a batch: the orders that reach one API process for one shard while its
 -- previous call is in flight travel in the next call (see src/order/reserve.rs), so
@@ -47,20 +59,22 @@
 -- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
 -- now, and an admin's lookup of an order not yet in Postgres, which scans the
 -- marks now (src/order/status.rs).
-local n = (#ARGV - 2) / 2
+local n = (#ARGV - 3) / 2
 if n ~= math.floor(n) or n > 1000 then
-  return redis.error_reply('reserve.lua: a voucher id, an outbox entry and two values per order, at most 1000 orders')
+  return redis.error_reply('reserve.lua: a voucher id, a floor, an outbox entry and two values per order, at most 1000 orders')
 end
-local out = {}
+local seq = tonumber(redis.call('GET', KEYS[5]) or '0')
+if seq < tonumber(ARGV[2]) then
+  redis.call('DEL', KEYS[1])
+  return {0, seq}
+end
+local out = {1, seq}
 if n == 0 then
   return out
 end
 local stock = redis.call('GET', KEYS[1])
 if not stock then
-  for i = 1, n do
-    out[i] = -3
-  end
-  return out
+  return {-1, seq}
 end
 if not string.match(stock, '^%-?%d+$') then
   return redis.error_reply('reserve.lua: the stock is not an integer')
@@ -70,13 +84,13 @@ stock = tonumber(stock)
 -- call from Lua into Redis costs about as much as the check it makes).
 local users = {}
 for i = 1, n do
-  users[i] = ARGV[2 * i + 1]
+  users[i] = ARGV[2 * i + 2]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
 -- The common case while a sale lasts: n distinct shoppers, none of whom holds an
 -- order, and n units left. Then every order is accepted, in order, and the writes
--- are the call's arguments as they are: the marks are ARGV[3..], the outbox entry
--- ARGV[2]. Lua then builds no string and writes no table entry per order but the
+-- are the call's arguments as they are: the marks are ARGV[4..], the outbox entry
+-- ARGV[3]. Lua then builds no string and writes no table entry per order but the
 -- shopper's: in a cost run the script's own Lua work, not its Redis commands, was
 -- about 60 % of its time (INFO commandstats, docs/PERFORMANCE.md).
 local all = stock >= n
@@ -93,11 +107,12 @@ if all then
 end
 if all then
   redis.call('DECRBY', KEYS[1], n)
-  redis.call('HSET', KEYS[2], unpack(ARGV, 3, 2 + 2 * n))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 4, 3 + 2 * n))
   redis.call('INCRBY', KEYS[3], n)
-  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', ARGV[2])
+  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', ARGV[3], 's', string.format('%.0f', seq + 1))
+  out[2] = redis.call('INCR', KEYS[5])
   for i = 1, n do
-    out[i] = stock - i
+    out[i + 2] = stock - i
   end
   return out
 end
@@ -111,11 +126,11 @@ for i = 1, n do
   local existing = mine[user] or held[i]
   if existing then
     -- A mark is "id:created_ms" (or, written by an older version, the id).
-    out[i] = {-2, string.match(existing, '^[^:]*')}
+    out[i + 2] = {-2, string.match(existing, '^[^:]*')}
   elseif stock <= 0 then
-    out[i] = -1
+    out[i + 2] = -1
   else
-    local mark = ARGV[2 * i + 2]
+    local mark = ARGV[2 * i + 3]
     local id = string.match(mark, '^[^:]*')
     stock = stock - 1
     taken = taken + 1
@@ -125,13 +140,14 @@ for i = 1, n do
     packed[#packed + 1] = id
     packed[#packed + 1] = user
     packed[#packed + 1] = string.sub(mark, #id + 2)
-    out[i] = stock
+    out[i + 2] = stock
   end
 end
 if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
   redis.call('HSET', KEYS[2], unpack(marks))
   redis.call('INCRBY', KEYS[3], taken)
-  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', table.concat(packed, ','))
+  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', table.concat(packed, ','), 's', string.format('%.0f', seq + 1))
+  out[2] = redis.call('INCR', KEYS[5])
 end
 return out

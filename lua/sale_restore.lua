@@ -1,43 +1,49 @@
--- sale_restore.lua: rewrite one flash sale's Redis state (one shard of it) during a
--- repair, fenced.
+-- sale_restore.lua: rewrite one shard of a flash sale in Redis during a repair.
 --
 -- KEYS[1] stock  KEYS[2] buyers  KEYS[3] admitted  KEYS[4] returned  KEYS[5] outbox
--- KEYS[6] fence: the epoch of the newest repair that wrote this shard
+-- KEYS[6] seq: the shard's sequence (gen * 2^32 + writes)
 -- KEYS[7] given  KEYS[8] moved  KEYS[9] taken: the shard's move ledgers
 -- KEYS[10] orders: the index of admitted orders older versions wrote (dropped)
--- ARGV[1] epoch of this repair   ARGV[2] op: 'reset' | 'fill' | 'open'
---   reset:                      refuse an older epoch, take the fence, drop the shard's
---                               state and move ledgers (with the stock key gone,
---                               reserve.lua admits nothing until 'open'; the outbox
---                               stays, to be read; units in transit are counted again
---                               from Postgres)
---   fill  n_buyers, user, mark, ..., admitted, n_returned, order, ...: the marks
---                               ("order:created_ms"), the count of admitted orders
---                               (Postgres's and the outbox's; set, so a call sent
---                               twice writes the same), the returned orders
---   open  stock, group:         set the stock (re-opens the sale), make the group exist
+-- KEYS[11] topups: the top-ups the shard counts
+-- ARGV[1] the repair's generation   ARGV[2] op   ARGV[3] for fill and open: the
+-- sequence the repairer left the shard at (its last step's reply)
+--   reset:                      refuse a repair older than the shard's generation,
+--                               drop the shard's state and move ledgers (with the
+--                               stock key gone, no script sells, returns, tops up or
+--                               moves until 'open'; the outbox stays, to be read) and
+--                               set the sequence to gen * 2^32
+--   fill  n_buyers, user, mark, ..., admitted, n_returned, order, ..., n_topups, id, ...:
+--                               the marks ("order:created_ms"), the count of
+--                               admitted orders (set, not added), the returned
+--                               orders, the top-ups Postgres had committed
+--   open  stock, group:         set the stock (re-opens the shard), make the group exist
 --
--- Returns 1 when done, 0 when a newer repair has taken the sale (this one must stop).
+-- Returns {1, seq} when done (seq: the sequence now, to pass to the next step), or
+-- {0, seq} when the shard is not where this repairer left it: a newer repair took
+-- it, or it went back in time during this repair (this repair must stop; the next
+-- one starts over).
 --
--- Why a script and a fence: a repairer that lost its Postgres session (and so its
--- advisory lock) may still be running; every write it makes checks, in the same step,
--- that no newer repair has started on this sale. All keys share the shard's hash tag.
-local epoch = tonumber(ARGV[1])
-local fence = tonumber(redis.call('GET', KEYS[6]) or '0')
+-- Why a script and an exact sequence: a repairer that lost its Postgres session (and
+-- so its advisory lock) may still be running, and Redis may go back in time during a
+-- repair; every step checks, in the same step, that the shard holds exactly what
+-- this repairer's previous step left. All keys share the shard's hash tag.
+local gen = tonumber(ARGV[1])
+local base = gen * 4294967296
+local seq = tonumber(redis.call('GET', KEYS[6]) or '0')
 local op = ARGV[2]
 if op == 'reset' then
-  if fence > epoch then
-    return 0
+  if seq >= base + 4294967296 then
+    return {0, seq}
   end
-  redis.call('SET', KEYS[6], epoch)
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], KEYS[9], KEYS[10])
-  return 1
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11])
+  redis.call('SET', KEYS[6], string.format('%.0f', base))
+  return {1, base}
 end
-if fence ~= epoch then
-  return 0
+if seq ~= tonumber(ARGV[3]) or seq < base or seq >= base + 4294967296 then
+  return {0, seq}
 end
 if op == 'fill' then
-  local i = 3
+  local i = 4
   local n = tonumber(ARGV[i])
   for j = 1, n do
     redis.call('HSET', KEYS[2], ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
@@ -49,11 +55,16 @@ if op == 'fill' then
   for j = 1, n do
     redis.call('SADD', KEYS[4], ARGV[i + j])
   end
-  return 1
+  i = i + n + 1
+  n = tonumber(ARGV[i])
+  for j = 1, n do
+    redis.call('SADD', KEYS[11], ARGV[i + j])
+  end
+  return {1, redis.call('INCR', KEYS[6])}
 end
 if op == 'open' then
-  redis.call('SET', KEYS[1], ARGV[3])
-  redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[4], '0', 'MKSTREAM')
-  return 1
+  redis.call('SET', KEYS[1], ARGV[4])
+  redis.pcall('XGROUP', 'CREATE', KEYS[5], ARGV[5], '0', 'MKSTREAM')
+  return {1, redis.call('INCR', KEYS[6])}
 end
 return redis.error_reply('unknown op')

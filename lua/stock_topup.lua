@@ -1,29 +1,31 @@
 -- stock_topup.lua: put a committed top-up's units on sale, once.
 --
 -- KEYS[1] stock   KEYS[2] topups (set of top-up ids already added)
--- KEYS[3] repair fence (the epoch of the newest repair that rewrote this sale)
--- ARGV[1] top-up id   ARGV[2] units   ARGV[3] the newest epoch Postgres has committed
+-- KEYS[3] the shard's sequence
+-- ARGV[1] top-up id   ARGV[2] units   ARGV[3] the caller's floor for the shard
 --
--- Returns 1 if the units were added now, 0 if this top-up was already added,
--- -1 if the voucher's stock is not loaded (Redis lost it), -2 if a repair newer than
--- ARGV[3] (one under way) rewrote the sale. In both last cases nothing changes and
--- the top-up stays pending in Postgres: the repair rebuilds the stock from
--- Postgres, which already counts it, and marks it done.
+-- Returns {code, seq}: code 1 if the units were added now, 0 if this top-up was
+-- already added (by this script, or counted by a repair, which writes the id of
+-- every top-up Postgres had committed when it read the sale), -1 if the shard's
+-- stock is not loaded (Redis lost it, or a repair closed it: the top-up stays
+-- pending), -4 if the shard is behind the caller's floor (it went back in time: the
+-- script closes it, as reserve.lua does); seq is the shard's sequence after it.
 --
 -- Why one script: "already added?", the increment and the mark must be one step, so
 -- that the handler, a retry and the recovery pass add the units exactly once. A
 -- plain INCRBY on a missing key would create it holding only the top-up, selling
--- from nothing. The fence keeps units out of a stock that a repair under way has
--- already rebuilt with them. All keys share the voucher's hash tag.
-if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
-  return 0
+-- from nothing. All keys share the shard's hash tag.
+local seq = tonumber(redis.call('GET', KEYS[3]) or '0')
+if seq < tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[1])
+  return {-4, seq}
 end
-if tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[3]) then
-  return -2
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then
+  return {0, seq}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return -1
+  return {-1, seq}
 end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('INCRBY', KEYS[1], ARGV[2])
-return 1
+return {1, redis.call('INCR', KEYS[3])}

@@ -14,7 +14,9 @@
 //! [`http`] (error body and the mapping of domain errors to it, auth, health),
 //! [`id`] (64-bit ids as JSON strings), [`validate`] (request bodies checked field
 //! by field), [`voucher`] (admin and public routes, cache),
-//! [`sequence`] (daily business numbers and the durable counter behind order ids),
+//! [`sequence`] (daily business numbers, and the ranges reserved in Postgres behind
+//! them and order ids), [`recovery`] (Redis losing state or going back in time,
+//! caught shard by shard and repaired sale by sale),
 //! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now")
 //! and [`clock_skew`] (how far it is from Postgres's), [`admit`] (fair admission:
 //! a sale's waiting room or raffle, admission tokens, proofs of work).
@@ -28,7 +30,6 @@ pub mod cli;
 pub mod clock;
 pub mod clock_skew;
 pub mod config;
-pub mod epoch;
 pub mod http;
 pub mod id;
 pub mod keys;
@@ -36,6 +37,7 @@ pub mod lock;
 pub mod metrics;
 pub mod order;
 pub mod outbox;
+pub mod recovery;
 pub mod redis_conn;
 pub mod sequence;
 pub mod supervise;

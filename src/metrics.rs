@@ -30,18 +30,20 @@ pub struct Metrics {
     /// Messages that were not order batches, dead-lettered at once.
     pub worker_poison: IntCounter,
     pub http_seconds: HistogramVec,
-    /// 1 while this process does not trust the Redis server (a repair is due or
-    /// under way): orders answer 503.
+    /// The sales this process has closed now (a shard lost or behind, a repair
+    /// under way): their orders answer 503.
     pub redis_repairing: IntGauge,
-    /// Repairs this process completed.
+    /// Sale repairs this process completed.
     pub redis_repairs: IntCounter,
-    /// How long each sale a repair rebuilt was closed: from the repair's new epoch to
-    /// the sale selling again (one observation per sale).
+    /// How long each repaired sale was closed: from the first process closing it
+    /// to the repair reopening it (one observation per repair).
     pub repair_closed_seconds: Histogram,
+    /// Per running sale (and only those: the label set stays bounded), how long
+    /// repairs have kept it closed in all, the closure under way included.
+    pub sale_closed_seconds: prometheus::GaugeVec,
     /// Incidents the worker met: id_collision (an id another order already had),
-    /// number_collision (an order_no already taken), late_conflict (an order in
-    /// flight across a repair whose unit or shopper was sold again), dead_lettered
-    /// (an order message taken from the dead-letter queue: its delivery limit ran out).
+    /// number_collision (an order_no already taken), dead_lettered (an order
+    /// message taken from the dead-letter queue: its delivery limit ran out).
     pub worker_incidents: IntCounterVec,
     /// Running flash sales whose books did not balance in two consecutive audits
     /// (see [`crate::voucher::audit`]).
@@ -151,7 +153,7 @@ impl Metrics {
                 &r,
                 IntGauge::new(
                     "redis_repairing",
-                    "1 while Redis is not trusted (it may have gone back in time) and orders get 503",
+                    "Sales this process has closed (a shard of theirs lost or behind, a repair under way): orders get 503",
                 )
                 .unwrap(),
             ),
@@ -168,9 +170,20 @@ impl Metrics {
                 Histogram::with_opts(
                     HistogramOpts::new(
                         "redis_repair_closed_seconds",
-                        "How long each sale a repair rebuilt was closed (from the new epoch to selling again)",
+                        "How long each repaired sale was closed (from its closing to selling again)",
                     )
-                    .buckets(exponential_buckets(0.05, 2.0, 14).unwrap()),
+                    .buckets(exponential_buckets(0.005, 2.0, 16).unwrap()),
+                )
+                .unwrap(),
+            ),
+            sale_closed_seconds: reg(
+                &r,
+                prometheus::GaugeVec::new(
+                    Opts::new(
+                        "sale_closed_seconds",
+                        "Per running sale, how long repairs have kept it closed in all (the closure under way included)",
+                    ),
+                    &["voucher"],
                 )
                 .unwrap(),
             ),

@@ -1,28 +1,24 @@
-//! A Redis handle that knows which server it talks to.
+//! A Redis handle: one connection shared by its callers, made anew when it broke.
 //!
-//! Redis can go back in time: a restart from an older snapshot, an AOF written with
-//! `appendfsync everysec`, a failover to a replica that missed the last writes. Each
-//! of these is a *new server process*, so it can only be reached over a new TCP
-//! connection. This handle therefore never reconnects behind its callers' backs (as
-//! redis-rs's `ConnectionManager` does): a connection that failed is marked broken,
-//! the next caller opens a new one, and before anyone uses it the handle reads the
-//! server's `run_id`. [`Identity`] records which server (run id) the service has
-//! verified and repaired, and for which epoch (see [`crate::epoch`]); callers that
-//! must not touch an unrepaired server ([`Redis::verified`]) get the connection
-//! together with the epoch it was verified for, or nothing.
+//! A connection that failed (or whose server answers as no writable master) is
+//! marked broken and the next caller opens a new one, reading first who answers: a
+//! single node must be a master (a demoted one refuses writes), a cluster's masters
+//! and their slots are read so that a master that does not answer stops only its
+//! own slots ([`cluster_identity`]). Which server answers decides nothing else:
+//! whether its state can be trusted is judged shard by shard, by the scripts
+//! themselves ([`crate::recovery`]), so a restart with all data or a failover to a
+//! replica that has every write goes on at once.
 //!
 //! Every command has a response deadline. The connection is made on the runtime
 //! that created the handle (the main one): actix-web runs each HTTP worker on a
 //! runtime of its own, and a connection born there would die with that worker when
 //! the server stops, while the relay and worker still need it. The one exception
 //! is [`Redis::on_this_thread`], the order path's handle per HTTP worker thread.
-mod access;
 mod cluster_identity;
 mod cluster_map;
 mod conn;
 mod connect;
 mod handle;
-mod identity;
 mod masters;
 mod routing;
 mod run_id;
@@ -31,6 +27,5 @@ mod verdict;
 pub use cluster_map::MasterSlots;
 pub use conn::Conn;
 pub use handle::Redis;
-pub use identity::{Identity, Verified};
 pub use masters::MasterFacts;
 pub use verdict::{breaks_connection, is_transient};

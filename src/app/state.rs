@@ -88,37 +88,29 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     );
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let recovery = Arc::new(crate::recovery::Recovery::new(
+        redis.clone(),
+        background_pg.clone(),
+        keys.clone(),
+        cache.clone(),
+        metrics.clone(),
+    ));
+    // Before the first order: the floors Postgres recorded (a process that starts
+    // after Redis went back in time must know what the relays saw), and the sales
+    // another process closed.
+    match tokio::time::timeout(Duration::from_secs(10), recovery.refresh()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "the shards' floors not read yet; retrying in the background")
+        }
+        Err(_) => tracing::warn!("the shards' floors not read yet (Postgres slow); retrying in the background"),
+    }
     let lifecycle = crate::order::lifecycle::Lifecycle {
         pg: pg.clone(),
         redis: redis.clone(),
         keys: keys.clone(),
+        recovery: recovery.clone(),
     };
-    let epoch_guard = Arc::new(crate::epoch::EpochGuard {
-        redis: redis.clone(),
-        pg: background_pg.clone(),
-        keys: keys.clone(),
-        cache: cache.clone(),
-        broker: broker.clone(),
-        poll: Duration::from_millis(200),
-        metrics: metrics.clone(),
-        durability: Default::default(),
-    });
-    // Before the first order: which Redis is this, and does Postgres vouch for it?
-    // A repair can take long (it waits for what is in flight): start-up waits a
-    // little for it, then goes on while it finishes in the background (orders get
-    // 503 meanwhile). Spawned, so that giving up waiting never cuts it short.
-    let first_check = {
-        let guard = epoch_guard.clone();
-        tokio::spawn(async move { guard.check_and_repair().await })
-    };
-    match tokio::time::timeout(Duration::from_secs(10), first_check).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => {
-            tracing::warn!(error = %format!("{e:#}"), "Redis not verified yet; orders get 503 until it is")
-        }
-        Ok(Err(e)) => tracing::warn!(error = %e, "the first Redis check failed"),
-        Err(_) => tracing::warn!("Redis is being repaired; orders get 503 until it is done"),
-    }
     let clock_skew = Arc::new(crate::clock_skew::ClockSkew::new(settings.max_clock_skew));
     if let Err(e) = clock_skew.check(&background_pg, &opts.clock).await {
         tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
@@ -143,6 +135,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
             keys.clone(),
             replication.clone(),
             metrics.clone(),
+            recovery.clone(),
         )),
         replication,
         keys: keys.clone(),
@@ -156,6 +149,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         redis: redis.clone(),
         keys: keys.clone(),
         cache: cache.clone(),
+        recovery: recovery.clone(),
     };
     let state = Arc::new(AppState {
         orders,
@@ -177,7 +171,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         user_serializer,
         lifecycle,
         metrics: metrics.clone(),
-        epoch_guard,
+        recovery,
         clock_skew,
         readiness: Default::default(),
     });

@@ -128,6 +128,7 @@ pub fn spawn_all(
                 redis: state.redis.clone(),
                 broker: state.broker.clone(),
                 pg: state.background_pg.clone(),
+                recovery: state.recovery.clone(),
             },
             state.keys.clone(),
             state.cache.clone(),
@@ -143,7 +144,6 @@ pub fn spawn_all(
             crate::worker::persist::Ctx {
                 pg: state.background_pg.clone(),
                 sequences: background_sequences.clone(),
-                redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
             state.broker.clone(),
@@ -159,10 +159,11 @@ pub fn spawn_all(
             .run(state.background_pg.clone(), state.clock.clone(), stop.clone()),
     );
     {
-        // Every process checks the Redis server it talks to; one at a time repairs.
-        let guard = state.epoch_guard.clone();
+        // Every process keeps its floors and repairs (one per sale at a time across
+        // processes) the sales whose shards it found lost or behind.
+        let recovery = state.recovery.clone();
         let stop = stop.clone();
-        tasks.spawn("redis epoch guard", async move { guard.run(stop).await });
+        tasks.spawn("redis recovery", async move { recovery.run(stop).await });
     }
     if mode.serves_http() {
         // Readiness and the outbox gauge, once a second (GET /health/ready and
@@ -177,6 +178,7 @@ pub fn spawn_all(
             clock: state.clock.clone(),
             metrics: state.metrics.clone(),
             every: state.settings.audit_interval,
+            recovery: state.recovery.clone(),
         };
         tasks.spawn("audit", watch.run(stop.clone()));
         // Completes the moves between a sharded sale's shards that a process left
@@ -184,7 +186,13 @@ pub fn spawn_all(
         if let Some(every) = state.settings.shard_recovery_interval {
             tasks.spawn(
                 "shard moves",
-                crate::voucher::refill::run_recovery(state.redis.clone(), state.keys.clone(), every, stop.clone()),
+                crate::voucher::refill::run_recovery(
+                    state.redis.clone(),
+                    state.keys.clone(),
+                    state.recovery.clone(),
+                    every,
+                    stop.clone(),
+                ),
             );
         }
     }

@@ -1,8 +1,8 @@
 //! `GET /health/live` (the process answers) and `GET /health/ready` (Postgres, Redis
 //! and RabbitMQ each answered the last checks, which a background task runs once a
 //! second, [`crate::app::readiness`]; a 503 names the ones that did not).
-//! Readiness also tells whether the Redis server is verified (see [`crate::epoch`])
-//! and how durable Redis is: whether an acknowledged order survives a Redis crash,
+//! Readiness also tells which sales this process has closed while they are
+//! repaired (see [`crate::recovery`]) and how durable Redis is: whether an acknowledged order survives a Redis crash,
 //! and how many replicas the weakest master has now. It refuses a Redis that may
 //! evict keys (`maxmemory-policy` other than `noeviction`, see
 //! [`crate::redis_conn::MasterFacts`]): it would drop shoppers' marks and stock
@@ -24,19 +24,11 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
     for (name, up) in &report.checks {
         checks.insert((*name).into(), json!(if *up { "up" } else { "down" }));
     }
-    // Whether the service trusts the Redis server it talks to (orders get 503 while
-    // a repair is due or under way), and what an acknowledged order risks.
-    let redis_state = match state.redis.identity().get() {
-        Some(v) if !v.repairing => json!({"state": "verified", "epoch": v.epoch}),
-        Some(v) => json!({"state": "repairing", "epoch": v.epoch}),
-        None => json!({"state": "unverified"}),
-    };
-    let mut durability = state
-        .epoch_guard
-        .durability
-        .read()
-        .expect("durability poisoned")
-        .clone();
+    // The sales this process has closed (a shard lost or behind: orders get 503
+    // until it is repaired), and what an acknowledged order risks.
+    let closed: Vec<String> = state.recovery.closed.list().iter().map(|v| v.to_string()).collect();
+    let redis_state = json!({"closed_sales": closed});
+    let mut durability = state.recovery.durability.read().expect("durability poisoned").clone();
     // Replicas and eviction as every master reported them at the last check.
     let mut down: Vec<String> = report.down().into_iter().map(str::to_owned).collect();
     if let (Some(d), Some(m)) = (durability.as_mut(), report.masters.as_ref()) {
@@ -48,7 +40,7 @@ pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
             m.evicting.join(", ")
         ));
     }
-    checks.insert("redis_epoch".into(), redis_state);
+    checks.insert("redis_repairs".into(), redis_state);
     checks.insert("redis_durability".into(), json!(durability));
     checks.insert("redis_masters".into(), json!(report.masters));
     checks.insert("checked_at".into(), json!(report.checked_at.to_rfc3339()));

@@ -58,7 +58,6 @@ impl Modify for BearerAuth {
         super::sales::resume,
         super::sales::live,
         super::repair::redis_state,
-        super::repair::abandon,
         super::vouchers::list,
         super::vouchers::public_get,
         super::orders::place,
@@ -86,7 +85,7 @@ impl Modify for BearerAuth {
     components(schemas(
         ErrorBody, ErrorDetail, Voucher, FlashSale, NewVoucher, AddStock, VoucherWithStats, SaleStats, ShardStats,
         PublicVoucher, VoucherList, VoucherPage, LiveSale, OrderCounts, RelayState, ShardRelay, ToppedUp, TopUpView, Audit, RedisBooks, InFlight, PostgresBooks, Checks, Accepted, Order,
-        Rule, RuleRequest, NextRequest, NextValues, super::repair::RedisState, super::repair::WorkerSeen, super::repair::Abandon,
+        Rule, RuleRequest, NextRequest, NextValues, super::repair::RedisState, super::repair::SaleAvailability, super::repair::WorkerSeen,
         crate::admit::Mode, crate::admit::pow::Challenge, super::waiting::QueueStatus, super::raffle::MyEntry,
         crate::admit::raffle::Summary, crate::admit::raffle::PublicEntry, super::raffle::EntryPage,
         crate::admit::advance::Frontier, crate::admit::advance::Admitted, crate::admit::raffle::Winner,

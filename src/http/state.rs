@@ -37,7 +37,9 @@ pub struct AppState {
     pub lifecycle: crate::order::lifecycle::Lifecycle,
     pub user_serializer: crate::lock::user::UserSerializer,
     pub metrics: Arc<crate::metrics::Metrics>,
-    pub epoch_guard: Arc<crate::epoch::EpochGuard>,
+    /// Redis losing state or going back in time: the sales this process has
+    /// closed, its floors, the repairs ([`crate::recovery`]).
+    pub recovery: Arc<crate::recovery::Recovery>,
     /// The order path: cache, id worker, Redis, clocks.
     pub orders: crate::order::place::OrderDesk,
     /// Where orders are read from.

@@ -111,7 +111,7 @@ pub async fn add_stock(
 /// After the commit: the Redis half (or the recovery pass), the announcement and
 /// the answer. Nothing here fails: the top-up stands.
 async fn finish(state: &AppState, top_up: TopUp, voucher: Voucher) -> ToppedUp {
-    let applied = match topup::apply(&state.pg, &state.redis, &state.keys, top_up.id).await {
+    let applied = match topup::apply(&state.pg, &state.redis, &state.keys, &state.recovery, top_up.id).await {
         Ok(applied) => applied,
         Err(e) => {
             tracing::warn!(top_up = top_up.id, error = %format!("{e:#}"), "top-up left pending for recovery");

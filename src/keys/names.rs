@@ -61,15 +61,19 @@ impl Keys {
         self.shard(voucher_id, shard, shards, "outbox")
     }
 
-    /// The repair fence of the shard whose outbox stream is `outbox` (the same hash
-    /// tag): for scripts that get an outbox's key and must refuse a stale caller.
-    pub fn repair_fence_of_outbox(&self, outbox: &str) -> Option<String> {
-        outbox.strip_suffix(":outbox").map(|base| format!("{base}:repair"))
+    /// The sequence of one shard: `gen * 2^32 + writes`, bumped by every script that
+    /// writes the shard and compared with what its callers saw (see
+    /// [`crate::recovery`]).
+    pub fn seq_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "seq")
     }
 
-    /// [`Keys::repair_fence`] of one shard.
-    pub fn repair_fence_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
-        self.shard(voucher_id, shard, shards, "repair")
+    /// The hash tag of the shard a key of this namespace belongs to (`v7` of
+    /// `ns:{v7}:outbox`), if it is a shard's key.
+    pub fn tag_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let rest = key.strip_prefix(self.ns.as_str())?.strip_prefix(":{")?;
+        let (tag, _) = rest.split_once('}')?;
+        tag.starts_with('v').then_some(tag)
     }
 
     /// Move ledger of a donor shard: hash transfer id -> "dest:n" of the units it
@@ -120,7 +124,7 @@ impl Keys {
     }
 
     /// The orders Redis admitted for the voucher: an integer, grown by every call of
-    /// the order script that admits any (and by a late admission), set by a repair.
+    /// the order script that admits any, set by a repair.
     pub fn admitted(&self, voucher_id: i64) -> String {
         self.voucher(voucher_id, "admitted")
     }
@@ -148,12 +152,6 @@ impl Keys {
         self.voucher(voucher_id, "outbox")
     }
 
-    /// The epoch of the newest repair that rewrote the voucher's state (a fence that
-    /// a stalled repairer's late writes cannot pass).
-    pub fn repair_fence(&self, voucher_id: i64) -> String {
-        self.voucher(voucher_id, "repair")
-    }
-
     /// Set of the voucher ids that have an outbox stream: the relays read these even
     /// when their voucher cache is empty (Postgres down at start).
     pub fn outboxes(&self) -> String {
@@ -174,20 +172,6 @@ impl Keys {
         self.voucher(voucher_id, "refill")
     }
 
-    /// The epoch whose state this Redis holds (written by the last repair); it
-    /// must equal the epoch Postgres records for the server.
-    pub fn epoch(&self) -> String {
-        format!("{}:epoch", self.ns)
-    }
-
-    /// The Redis clock: a number the epoch guard advances on every healthy check
-    /// and Postgres records (`redis_clocks`); below the recorded value, Redis went
-    /// back in time. Tagged with the epoch marker's name, so that both live in
-    /// one slot (read together, on one master of a cluster).
-    pub fn clock(&self) -> String {
-        format!("{ns}:{{{ns}:epoch}}:clock", ns = self.ns)
-    }
-
     /// Pub/sub channel that tells every instance a voucher or its stock changed.
     pub fn events(&self) -> String {
         format!("{}:events", self.ns)
@@ -198,9 +182,10 @@ impl Keys {
         format!("{}:lock:{{{}}}", self.ns, name)
     }
 
-    /// The counter of a lock's grants in one Redis epoch (same hash tag as the lock).
-    pub fn lock_fence(&self, name: &str, epoch: i64) -> String {
-        format!("{}:lock:{{{}}}:fence:e{}", self.ns, name, epoch)
+    /// The counter of a lock's grants (same hash tag as the lock): its fencing
+    /// tokens.
+    pub fn lock_fence(&self, name: &str) -> String {
+        format!("{}:lock:{{{}}}:fence", self.ns, name)
     }
 
     /// Pub/sub channel on which a release wakes the lock's waiters (payload: name).

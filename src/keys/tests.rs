@@ -2,10 +2,13 @@
 use super::*;
 
 #[test]
-fn the_clock_lives_in_the_slot_of_the_epoch_marker() {
+fn a_shard_key_names_its_tag() {
     let k = Keys::new("ns");
-    assert!(k.clock().starts_with("ns:"), "{}", k.clock());
-    assert_eq!(slot(k.clock().as_bytes()), slot(k.epoch().as_bytes()));
+    assert_eq!(k.tag_of(&k.outbox(7)), Some("v7"));
+    let tag = shard_tag(7, 3, 4);
+    assert_eq!(k.tag_of(&k.seq_at(7, 3, 4)), Some(&*tag));
+    assert_eq!(k.tag_of("other:{v7}:outbox"), None);
+    assert_eq!(k.tag_of(&k.lock("job")), None);
 }
 
 #[test]

@@ -87,20 +87,22 @@ impl Owner {
     /// One script call: Ok(fence) if granted, Err(pttl) if held by another.
     async fn attempt(&self, name: &str, lease_ms: u64) -> Result<Result<i64, i64>> {
         self.svc.attempts.fetch_add(1, Ordering::Relaxed);
-        // Tokens carry the Redis epoch: a server that went back in time cannot hand
-        // out a token again (see lock_acquire.lua).
-        let Some((mut conn, epoch)) = self.svc.redis.for_counters().await? else {
-            anyhow::bail!("Redis is not verified yet (it may have gone back in time); no locks until it is");
-        };
+        // A new token is above every token of this lock this process has seen: a
+        // Redis that went back in time cannot hand it one again (lock_acquire.lua).
+        let seen = self.svc.tokens_seen(name);
+        let mut conn = self.svc.redis.conn().await?;
         let (granted, n): (i64, i64) = ACQUIRE
             .key(self.svc.keys.lock(name))
-            .key(self.svc.keys.lock_fence(name, epoch))
+            .key(self.svc.keys.lock_fence(name))
             .arg(&self.id)
             .arg(lease_ms)
-            .arg(epoch)
+            .arg(seen)
             .invoke_async(&mut conn)
             .await
             .context("lock_acquire.lua")?;
+        if granted == 1 {
+            self.svc.saw_token(name, n);
+        }
         Ok(if granted == 1 { Ok(n) } else { Err(n) })
     }
 

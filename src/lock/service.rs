@@ -15,6 +15,9 @@ pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(inclu
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock_release.lua")));
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/lock_renew.lua")));
 
+/// How many locks' highest tokens a process remembers.
+const TOKENS_KEPT: usize = 100_000;
+
 /// Longest a waiter sleeps between attempts when no release arrives (a lost
 /// pub/sub message costs at most this).
 pub(super) const MAX_NAP: Duration = Duration::from_secs(1);
@@ -46,9 +49,33 @@ pub struct LockService {
     pub(super) attempts: std::sync::atomic::AtomicU64,
     /// Waiters woken by a release (not by their nap running out), for tests.
     pub(super) wakeups: std::sync::atomic::AtomicU64,
+    /// The highest fencing token of each lock this process has been granted.
+    pub(super) tokens: Mutex<HashMap<String, i64>>,
 }
 
 impl LockService {
+    /// The highest fencing token of lock `name` this process has been granted (0).
+    pub(super) fn tokens_seen(&self, name: &str) -> i64 {
+        self.tokens
+            .lock()
+            .expect("tokens poisoned")
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Remembers a token granted for lock `name`. At most [`TOKENS_KEPT`] locks are
+    /// remembered (per-shopper locks are many): past that the memory starts over,
+    /// and a lock forgotten is protected by its counter in Redis alone.
+    pub(super) fn saw_token(&self, name: &str, token: i64) {
+        let mut tokens = self.tokens.lock().expect("tokens poisoned");
+        if tokens.len() >= TOKENS_KEPT && !tokens.contains_key(name) {
+            tokens.clear();
+        }
+        let seen = tokens.entry(name.to_owned()).or_default();
+        *seen = (*seen).max(token);
+    }
+
     /// Starts the release subscription as a task of its own (for tools and tests);
     /// the application spawns [`LockService::follow_releases`] among its owned tasks.
     /// It stops with `stop`.
@@ -78,6 +105,7 @@ impl LockService {
             keys,
             instance: instance.to_owned(),
             waiters: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
             watchdog_lease,
             main_runtime: tokio::runtime::Handle::current(),
             tasks: tokio_util::task::TaskTracker::new(),

@@ -131,7 +131,15 @@ impl IdWorker {
             if let Some(counter) = taken {
                 return compose(now, counter);
             }
-            let block = self.fetch(day).await?;
+            // None left: fetch one here, and this request takes its first id (others
+            // waiting for ids cannot take them all before it, however many there are).
+            let mut block = self.fetch(day).await?;
+            if block.next <= block.last && block.day == now.timestamp().div_euclid(DAY_SECS) {
+                let counter = block.next;
+                block.next += 1;
+                self.blocks.lock().expect("id blocks poisoned").install(block);
+                return compose(now, counter);
+            }
             self.blocks.lock().expect("id blocks poisoned").install(block);
         }
         bail!("could not obtain an order id block")

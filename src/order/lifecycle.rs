@@ -48,6 +48,8 @@ pub struct Lifecycle {
     pub pg: PgPool,
     pub redis: Redis,
     pub keys: Keys,
+    /// Floors of the shards returns go to, and where a lost shard is reported.
+    pub recovery: std::sync::Arc<crate::recovery::Recovery>,
 }
 
 /// A unit on its way back to Redis.
@@ -135,13 +137,21 @@ impl Lifecycle {
         // The unit goes back to the shard of the order's shopper, whose mark it clears.
         let shards = crate::voucher::repo::shards(&self.pg, ret.voucher_id).await?;
         let shard = crate::keys::shard_of(ret.user_id, shards);
+        if self.recovery.is_closed(ret.voucher_id) {
+            // Its repair counts this return if Postgres had it; otherwise it is
+            // applied once the sale reopens.
+            return Ok(false);
+        }
+        let tag = crate::keys::shard_tag(ret.voucher_id, shard, shards);
         let mut conn = self.redis.conn().await?;
-        let r: i64 = RETURN
+        let (r, seq): (i64, i64) = RETURN
             .key(k.stock_at(ret.voucher_id, shard, shards))
             .key(k.buyers_at(ret.voucher_id, shard, shards))
             .key(k.returned_at(ret.voucher_id, shard, shards))
+            .key(k.seq_at(ret.voucher_id, shard, shards))
             .arg(ret.order_id)
             .arg(ret.user_id)
+            .arg(self.recovery.floors.get(&tag))
             .invoke_async(&mut conn)
             .await
             .context("stock_return.lua")?;
@@ -149,10 +159,19 @@ impl Lifecycle {
             tracing::warn!(
                 order_id = ret.order_id,
                 voucher_id = ret.voucher_id,
-                "stock not loaded in Redis; the return stays pending"
+                "the shard is lost or went back in time; the return stays pending until it is repaired"
+            );
+            self.recovery.lost(
+                ret.voucher_id,
+                if r == -4 {
+                    "a shard went back in time (a stock return found it behind)"
+                } else {
+                    "a shard's stock is missing in Redis (a stock return found it)"
+                },
             );
             return Ok(false);
         }
+        self.recovery.floors.raise(&tag, seq);
         sqlx::query("UPDATE stock_returns SET done_at = now() WHERE order_id = $1 AND done_at IS NULL")
             .bind(ret.order_id)
             .execute(&self.pg)
@@ -201,7 +220,7 @@ impl Lifecycle {
     /// Finishes stock top-ups a crash or an outage interrupted (older than
     /// `min_age`; see [`crate::voucher::topup`]). Returns how many.
     pub async fn recover_topups(&self, min_age: Duration) -> Result<usize> {
-        crate::voucher::topup::recover(&self.pg, &self.redis, &self.keys, min_age).await
+        crate::voucher::topup::recover(&self.pg, &self.redis, &self.keys, &self.recovery, min_age).await
     }
 
     /// Backstop for lost timeout messages: cancels orders still `created` that

@@ -14,9 +14,10 @@ pub struct OrderMsg {
     pub voucher_id: i64,
     /// Milliseconds since the Unix epoch when Redis admitted it.
     pub created_ms: i64,
-    /// The Redis epoch the relay read it in ([`crate::epoch`]); 0 in messages of
-    /// older versions. An order older than the current epoch was in flight across a
-    /// repair.
+    /// The generation of its shard when Redis admitted it ([`crate::recovery`]);
+    /// informative: a repair counts every order in flight, so the worker stores an
+    /// order of an older generation like any other. 0 in messages of older
+    /// versions.
     #[serde(default)]
     pub epoch: i64,
 }

@@ -141,10 +141,11 @@ impl OrderDesk {
         if known_sold_out {
             return Err(Refusal::SoldOut);
         }
-        if self.redis.identity().get().is_none_or(|v| !v.sells(voucher_id)) {
-            // Redis may have gone back in time: no id, no order until it is repaired.
+        if self.recovery().is_closed(voucher_id) {
+            // A shard of it lost state or went back in time: no id, no order until
+            // it is repaired (other sales sell on).
             return Err(unavailable(
-                "this sale is temporarily unavailable while its state is checked",
+                "this sale is temporarily unavailable while its state is repaired",
                 1,
             ));
         }
@@ -180,7 +181,8 @@ impl OrderDesk {
                     _ => {
                         refills += 1;
                         let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-                        let answer = refill(&self.redis, &self.keys, voucher_id, shards, shard).await?;
+                        let answer =
+                            refill(&self.redis, &self.keys, self.recovery(), voucher_id, shards, shard).await?;
                         *last = (n, Some(answer));
                         answer
                     }
@@ -190,7 +192,8 @@ impl OrderDesk {
                 Refill::Retry => continue,
                 Refill::SoldOut => break Reservation::SoldOut,
                 Refill::NotLoaded => break Reservation::NotLoaded,
-                Refill::Unverified => break Reservation::Unverified,
+                Refill::Behind => break Reservation::Behind,
+                Refill::Closed => break Reservation::Closed,
                 Refill::Unknown => {
                     return Err(unavailable(
                         "this sale's stock is being moved between its shards; try again",
@@ -224,18 +227,32 @@ impl OrderDesk {
                 ))
             }
             Reservation::NotLoaded => {
-                tracing::error!(
-                    voucher_id,
-                    "flash-sale stock missing in Redis; refusing orders until it is rebuilt"
-                );
-                self.redis.identity().distrust();
-                Err(unavailable("this sale is temporarily unavailable", 2))
+                self.recovery().lost(voucher_id, "a shard's stock is missing in Redis");
+                Err(unavailable(
+                    "this sale is temporarily unavailable while its state is repaired",
+                    1,
+                ))
             }
-            Reservation::Unverified => Err(unavailable(
-                "this sale is temporarily unavailable while its state is checked",
+            Reservation::Behind => {
+                self.recovery().lost(
+                    voucher_id,
+                    "a shard went back in time (its sequence is behind what this process saw)",
+                );
+                Err(unavailable(
+                    "this sale is temporarily unavailable while its state is repaired",
+                    1,
+                ))
+            }
+            Reservation::Closed => Err(unavailable(
+                "this sale is temporarily unavailable while its state is repaired",
                 1,
             )),
         }
+    }
+
+    /// The recovery desk: which sales this process has closed, its floors.
+    fn recovery(&self) -> &crate::recovery::Recovery {
+        &self.reserver.recovery
     }
 
     /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),

@@ -20,10 +20,12 @@
 use super::replication::{reserve_and_wait, Replication};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
+use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
 use anyhow::Context;
 use redis::{RedisError, Script, Value};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use tokio::sync::oneshot;
 
@@ -49,11 +51,15 @@ pub enum Reservation {
     NotReplicated {
         acked: i64,
     },
-    /// Redis has no stock for the voucher (it lost it): refuse, never sell from nothing.
+    /// Redis has no stock for the shard (it lost it, or a repair closed it): refuse,
+    /// never sell from nothing.
     NotLoaded,
-    /// The Redis server is not verified (it may have gone back in time, and the
-    /// sales are being repaired): refuse, never sell from a state that went back.
-    Unverified,
+    /// The shard is behind this process's floor: it went back in time and lost
+    /// writes this process saw. The script closed it; refuse.
+    Behind,
+    /// The sale is closed in this process (a shard lost or behind, a repair under
+    /// way): refuse without asking Redis.
+    Closed,
 }
 
 /// One order at a gate.
@@ -72,7 +78,9 @@ type Waiting = Vec<(Ask, oneshot::Sender<Answer>)>;
 /// The orders waiting for one shard, and whether a call for it is in flight.
 struct Gate {
     voucher: i64,
-    keys: [String; 4],
+    keys: [String; 5],
+    /// This process's floor for the shard (see [`crate::recovery::Floors`]).
+    floor: Arc<AtomicI64>,
     state: Mutex<(bool, Waiting)>,
 }
 
@@ -81,15 +89,17 @@ pub struct Reserver {
     pub keys: Keys,
     pub replication: Replication,
     pub metrics: Arc<Metrics>,
+    pub recovery: Arc<Recovery>,
     gates: Mutex<HashMap<(i64, u32, u32), Arc<Gate>>>,
 }
 
 impl Reserver {
-    pub fn new(keys: Keys, replication: Replication, metrics: Arc<Metrics>) -> Self {
+    pub fn new(keys: Keys, replication: Replication, metrics: Arc<Metrics>, recovery: Arc<Recovery>) -> Self {
         Self {
             keys,
             replication,
             metrics,
+            recovery,
             gates: Mutex::default(),
         }
     }
@@ -107,7 +117,12 @@ impl Reserver {
                         k.buyers_at(voucher, shard, shards),
                         k.admitted_at(voucher, shard, shards),
                         k.outbox_at(voucher, shard, shards),
+                        k.seq_at(voucher, shard, shards),
                     ],
+                    floor: self
+                        .recovery
+                        .floors
+                        .cell(&crate::keys::shard_tag(voucher, shard, shards)),
                     state: Mutex::default(),
                 })
             })
@@ -185,12 +200,10 @@ impl Reserver {
             0 => redis,
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
-        let Some((mut conn, _epoch)) = redis.verified_for(gate.voucher).await? else {
-            return Ok(asks.iter().map(|_| Ok(Reservation::Unverified)).collect());
-        };
+        let mut conn = redis.conn().await?;
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
-        let args = script_args(gate.voucher, asks);
+        let args = script_args(gate.voucher, gate.floor.load(Ordering::Acquire), asks);
         let (reply, acked) = if r.replicas == 0 {
             let mut invocation = RESERVE.prepare_invoke();
             invocation.key(&gate.keys).arg(&args);
@@ -202,9 +215,12 @@ impl Reserver {
                 .context("reserve.lua + WAIT")?;
             (reply, Some(acked))
         };
-        let Value::Array(replies) = reply else {
-            anyhow::bail!("reserve.lua returned {reply:?}, not one reply per order");
-        };
+        let (status, seq, replies) = split_reply(reply)?;
+        match status {
+            1 => {}
+            0 => return Ok(asks.iter().map(|_| Ok(Reservation::Behind)).collect()),
+            _ => return Ok(asks.iter().map(|_| Ok(Reservation::NotLoaded)).collect()),
+        }
         if replies.len() != asks.len() {
             anyhow::bail!(
                 "reserve.lua returned {} replies for {} orders",
@@ -216,8 +232,10 @@ impl Reserver {
         // Fewer replicas than required hold this call's writes: no order it admitted
         // is acknowledged, nor an answer that stems from one (an "already ordered"
         // naming an order of this call, a "sold out" after this call took units):
-        // a failover could lose them.
+        // a failover could lose them. Nor is the floor raised to them: a replica
+        // promoted without them lost nothing anyone was told.
         let Some(acked) = acked.filter(|a| *a < r.replicas as i64) else {
+            gate.floor.fetch_max(seq, Ordering::AcqRel);
             return Ok(decided);
         };
         let ids: std::collections::HashSet<i64> = asks.iter().map(|a| a.order_id).collect();
@@ -229,14 +247,16 @@ impl Reserver {
     }
 }
 
-/// `reserve.lua`'s arguments for `asks`: the voucher, the outbox entry of every
-/// order ("id,user,created_ms,..."), then each order's user and mark
-/// ("id:created_ms"). The entry and the marks come from the same asks here, in one
-/// place: the script writes them as they are when it accepts every order.
-fn script_args(voucher: i64, asks: &[Ask]) -> Vec<String> {
+/// `reserve.lua`'s arguments for `asks`: the voucher, the caller's floor for the
+/// shard, the outbox entry of every order ("id,user,created_ms,..."), then each
+/// order's user and mark ("id:created_ms"). The entry and the marks come from the
+/// same asks here, in one place: the script writes them as they are when it
+/// accepts every order.
+fn script_args(voucher: i64, floor: i64, asks: &[Ask]) -> Vec<String> {
     use std::fmt::Write;
-    let mut args = Vec::with_capacity(2 + 2 * asks.len());
+    let mut args = Vec::with_capacity(3 + 2 * asks.len());
     args.push(voucher.to_string());
+    args.push(floor.to_string());
     let mut entry = String::with_capacity(48 * asks.len());
     for (i, a) in asks.iter().enumerate() {
         if i > 0 {
@@ -302,12 +322,26 @@ fn short_of_replicas(
     }
 }
 
+/// The script's reply: its status, the shard's sequence, and one reply per order
+/// (see `lua/reserve.lua`).
+fn split_reply(reply: Value) -> anyhow::Result<(i64, i64, Vec<Value>)> {
+    let Value::Array(mut parts) = reply else {
+        anyhow::bail!("reserve.lua returned {reply:?}, not a status, a sequence and the orders' replies");
+    };
+    if parts.len() < 2 {
+        anyhow::bail!("reserve.lua returned {parts:?}, without a status and a sequence");
+    }
+    let replies = parts.split_off(2);
+    let status: i64 = redis::from_redis_value_ref(&parts[0])?;
+    let seq: i64 = redis::from_redis_value_ref(&parts[1])?;
+    Ok((status, seq, replies))
+}
+
 /// One order's reply (see `lua/reserve.lua`).
 fn decode_reply(reply: Value) -> anyhow::Result<Reservation> {
     Ok(match reply {
         Value::Int(n) if n >= 0 => Reservation::Accepted { stock_left: n },
         Value::Int(-1) => Reservation::SoldOut,
-        Value::Int(-3) => Reservation::NotLoaded,
         // {-2, the shopper's order id}.
         Value::Array(parts) if parts.first() == Some(&Value::Int(-2)) => {
             let order_id = parts

@@ -1,9 +1,16 @@
 //! Order status: Postgres has every persisted order; an order Redis accepted that
 //! the worker has not written yet is `pending` and is found by its shopper's mark
 //! in the sale's `buyers` hash ("order_id:created_ms").
+//!
+//! A shard without its stock key is lost or closed for a repair, whose rebuild
+//! rewrites its marks: a lookup that finds no mark there cannot tell "no such
+//! order" from "its mark is not written back yet", and answers 503 with
+//! `Retry-After` ([`crate::recovery::Repairing`]), never 404: an order its owner
+//! was acknowledged is never "not found".
 use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
 use crate::keys::Keys;
+use crate::recovery::Repairing;
 use crate::redis_conn::Redis;
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
@@ -25,6 +32,8 @@ pub struct Lookup {
     pub redis: Redis,
     pub keys: Keys,
     pub cache: Arc<VoucherCache>,
+    /// Where a shard found without its stock is reported (its repair asked for).
+    pub recovery: Arc<crate::recovery::Recovery>,
 }
 
 impl Lookup {
@@ -73,6 +82,20 @@ impl Lookup {
             return Ok(None);
         }
         let mut conn = self.redis.conn().await?;
+        // Whether each candidate shard holds its stock (else it is being rebuilt).
+        let mut pipe = redis::pipe();
+        for (v, k, shards) in &candidates {
+            pipe.exists(self.keys.stock_at(*v, *k, *shards));
+        }
+        let open: Vec<bool> = pipe
+            .query_async(&mut conn)
+            .await
+            .context("looking up a pending order")?;
+        let repairing = open.iter().any(|o| !o);
+        for ((v, _, _), _) in candidates.iter().zip(&open).filter(|(_, o)| !**o) {
+            self.recovery
+                .lost(*v, "a shard's stock is missing in Redis (an order lookup found it)");
+        }
         if let Some(user) = owner {
             let mut pipe = redis::pipe();
             for (v, k, shards) in &candidates {
@@ -89,7 +112,7 @@ impl Lookup {
                     }
                 }
             }
-            return Ok(None);
+            return if repairing { Err(Repairing.into()) } else { Ok(None) };
         }
         for (voucher_id, k, shards) in candidates {
             let key = self.keys.buyers_at(voucher_id, k, shards);
@@ -116,6 +139,9 @@ impl Lookup {
                 cursor = next;
             }
         }
+        if repairing {
+            return Err(Repairing.into());
+        }
         Ok(None)
     }
 
@@ -129,9 +155,9 @@ impl Lookup {
         };
         let shard = crate::keys::shard_of(user_id, shards);
         let mut conn = self.redis.conn().await?;
-        let live: Option<String> = redis::cmd("HGET")
-            .arg(k.buyers_at(voucher_id, shard, shards))
-            .arg(user_id)
+        let (live, open): (Option<String>, bool) = redis::pipe()
+            .hget(k.buyers_at(voucher_id, shard, shards), user_id)
+            .exists(k.stock_at(voucher_id, shard, shards))
             .query_async(&mut conn)
             .await
             .context("reading the shopper's order mark")?;
@@ -140,6 +166,27 @@ impl Lookup {
                 return Ok(Some(o));
             }
             return Ok(Some(Order::pending(order_id, voucher_id, user_id, ms)));
+        }
+        if !open {
+            self.recovery.lost(
+                voucher_id,
+                "a shard's stock is missing in Redis (an order lookup found it)",
+            );
+            // The shard is being rebuilt (or lost): an order in flight has no mark
+            // until the repair writes it back. A live order in Postgres is the
+            // answer all the same.
+            let live: Option<Order> = sqlx::query_as(&format!(
+                "SELECT {ORDER_COLUMNS} FROM voucher_orders
+                  WHERE user_id = $1 AND voucher_id = $2 AND status IN ('created', 'paid') LIMIT 1"
+            ))
+            .bind(user_id)
+            .bind(voucher_id)
+            .fetch_optional(&self.pg)
+            .await?;
+            return match live {
+                Some(o) => Ok(Some(o)),
+                None => Err(Repairing.into()),
+            };
         }
         Ok(sqlx::query_as(&format!(
             "SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE user_id = $1 AND voucher_id = $2

@@ -4,28 +4,47 @@
 use crate::order::model::OrderMsg;
 use redis::streams::StreamId;
 
+/// One outbox entry read back.
+#[derive(Debug)]
+pub struct Entry {
+    pub orders: Vec<OrderMsg>,
+    /// The shard's sequence after the call that wrote it (field `s`; `None` in
+    /// entries of older versions).
+    pub seq: Option<i64>,
+}
+
 /// The orders of one outbox entry, or `None` if `reserve.lua` did not write it.
 ///
 /// An entry carries the orders one call of the script accepted: field `v` the
-/// voucher, field `b` "id,user,created_ms" per order, all comma-separated. An entry
-/// of the format before coalesced entries (fields `o`, `u`, `v`, `t`: one order) is
-/// read too, for outboxes an older binary wrote during a rolling deploy.
-pub fn parse(entry: &StreamId, epoch: i64) -> Option<Vec<OrderMsg>> {
+/// voucher, field `b` "id,user,created_ms" per order, all comma-separated, and `s`
+/// the shard's sequence the call left. An entry of the format before coalesced
+/// entries (fields `o`, `u`, `v`, `t`: one order) is read too, for outboxes an
+/// older binary wrote. Each order carries the generation of the sequence
+/// ([`OrderMsg::epoch`]).
+pub fn parse(entry: &StreamId) -> Option<Entry> {
     let voucher_id: i64 = entry.get("v")?;
+    let seq: Option<i64> = match entry.map.get("s") {
+        None => None,
+        Some(_) => Some(entry.get("s")?),
+    };
+    let epoch = seq.map_or(0, crate::recovery::gen_of);
     let Some(packed) = entry.get::<String>("b") else {
-        return Some(vec![OrderMsg {
-            id: entry.get("o")?,
-            user_id: entry.get("u")?,
-            voucher_id,
-            created_ms: entry.get("t")?,
-            epoch,
-        }]);
+        return Some(Entry {
+            orders: vec![OrderMsg {
+                id: entry.get("o")?,
+                user_id: entry.get("u")?,
+                voucher_id,
+                created_ms: entry.get("t")?,
+                epoch,
+            }],
+            seq,
+        });
     };
     let values: Vec<&str> = packed.split(',').collect();
     if values.is_empty() || !values.len().is_multiple_of(3) {
         return None;
     }
-    values
+    let orders = values
         .chunks_exact(3)
         .map(|o| {
             Some(OrderMsg {
@@ -36,7 +55,8 @@ pub fn parse(entry: &StreamId, epoch: i64) -> Option<Vec<OrderMsg>> {
                 epoch,
             })
         })
-        .collect()
+        .collect::<Option<Vec<_>>>()?;
+    Some(Entry { orders, seq })
 }
 
 #[cfg(test)]
@@ -57,18 +77,29 @@ mod tests {
 
     #[test]
     fn an_entry_carries_the_orders_of_one_call() {
-        let orders = parse(&entry(&[("v", "7"), ("b", "11,1,100,12,2,101")]), 3).unwrap();
-        let got: Vec<_> = orders
+        let seq = (3i64 << 32) + 9;
+        let e = parse(&entry(&[
+            ("v", "7"),
+            ("b", "11,1,100,12,2,101"),
+            ("s", &seq.to_string()),
+        ]))
+        .unwrap();
+        let got: Vec<_> = e
+            .orders
             .iter()
             .map(|o| (o.id, o.user_id, o.voucher_id, o.created_ms, o.epoch))
             .collect();
         assert_eq!(got, vec![(11, 1, 7, 100, 3), (12, 2, 7, 101, 3)]);
+        assert_eq!(e.seq, Some(seq));
     }
 
     #[test]
     fn an_entry_of_one_order_in_the_older_format_is_read() {
-        let orders = parse(&entry(&[("o", "11"), ("u", "1"), ("v", "7"), ("t", "100")]), 0).unwrap();
-        assert_eq!((orders.len(), orders[0].id, orders[0].user_id), (1, 11, 1));
+        let e = parse(&entry(&[("o", "11"), ("u", "1"), ("v", "7"), ("t", "100")])).unwrap();
+        assert_eq!(
+            (e.orders.len(), e.orders[0].id, e.orders[0].user_id, e.seq),
+            (1, 11, 1, None)
+        );
     }
 
     #[test]
@@ -79,8 +110,9 @@ mod tests {
             vec![("v", "7"), ("b", "11,x,100")],
             vec![("b", "11,1,100")],
             vec![("o", "11"), ("v", "7")],
+            vec![("v", "7"), ("b", "11,1,100"), ("s", "x")],
         ] {
-            assert!(parse(&entry(&bad), 0).is_none(), "{bad:?}");
+            assert!(parse(&entry(&bad)).is_none(), "{bad:?}");
         }
     }
 }

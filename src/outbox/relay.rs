@@ -29,6 +29,8 @@ pub struct Relay {
     broker: Arc<Broker>,
     /// Where intents are recorded before each publish ([`intent`]).
     pg: sqlx::PgPool,
+    /// This process's floors, raised to the sequences the relay reads.
+    recovery: Arc<crate::recovery::Recovery>,
     consumer: String,
     batch: usize,
     linger: Duration,
@@ -37,8 +39,8 @@ pub struct Relay {
     metrics: Arc<crate::metrics::Metrics>,
     /// The registry of outboxes in Redis (`<ns>:outboxes`) as last read, and when.
     registry: std::sync::Mutex<(Option<Instant>, Vec<Outbox>)>,
-    /// Set when a round read entries it could not publish (the epoch moved on, a
-    /// repair began): the next round reads this consumer's pending entries again.
+    /// Set when a round read nothing of this consumer's pending entries on purpose:
+    /// the next round reads them again.
     left_pending: std::sync::atomic::AtomicBool,
     /// When each failing slot was last logged as a warning.
     slot_warned: std::sync::Mutex<HashMap<u16, Instant>>,
@@ -75,6 +77,7 @@ pub struct Ends {
     pub redis: Redis,
     pub broker: Arc<Broker>,
     pub pg: sqlx::PgPool,
+    pub recovery: Arc<crate::recovery::Recovery>,
 }
 
 impl Relay {
@@ -86,7 +89,12 @@ impl Relay {
         settings: &Settings,
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Self {
-        let Ends { redis, broker, pg } = ends;
+        let Ends {
+            redis,
+            broker,
+            pg,
+            recovery,
+        } = ends;
         let timeout = settings.dependency_timeout;
         Self {
             // Its own connection: XREADGROUP BLOCK must not hold up the order path.
@@ -95,6 +103,7 @@ impl Relay {
             cache,
             broker,
             pg,
+            recovery,
             consumer,
             batch: settings.relay_batch,
             linger: settings.relay_linger,
@@ -184,42 +193,34 @@ impl Relay {
                 self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        let mut streams: Vec<String> = self.outboxes().await;
-        // Only from a server whose state Postgres vouches for: while a repair is due
-        // or under way the outboxes of its sales stay as they are, for it to read.
-        let verified = self.redis.serving().await?;
-        let Some((mut conn, epoch, repair)) = verified.filter(|(_, _, r)| r.as_ref().is_none_or(|r| r.scope.is_some()))
-        else {
-            keep_pending();
-            tokio::time::sleep(Duration::from_millis(BLOCK_MS)).await;
-            return Ok(0);
-        };
-        let sells = |voucher: i64| repair.as_ref().is_none_or(|r| r.sells(voucher));
-        if let Some(closed) = repair.as_ref().and_then(|r| r.scope.clone()) {
-            let closed = self.outboxes_of(&closed);
-            streams.retain(|s| !closed.contains(s));
-        }
+        let streams: Vec<String> = self.outboxes().await;
         if streams.is_empty() {
             keep_pending();
             return Ok(0);
         }
+        // Any server, whatever it went through: an outbox entry is an order Redis
+        // admitted, to be published; a shard that went back in time is the repair's
+        // business, which counts what this relay publishes meanwhile from its
+        // intents (see crate::recovery).
+        let mut conn = self.redis.conn().await?;
         let reply = self.read(&mut conn, &streams, read).await?;
         let Some(reply) = reply else { return Ok(0) };
         let mut orders = Vec::new();
         let mut entries = 0;
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
+        // The highest sequence read per shard: recorded with the intents, and this
+        // process's floors raised to it.
+        let mut seen: HashMap<String, i64> = HashMap::new();
         for stream in reply.keys {
             for entry in stream.ids {
-                match crate::outbox::entry::parse(&entry, epoch) {
-                    // A sale under repair (its stream read through the registry):
-                    // the entry stays pending, for the repair to read, and is
-                    // claimed again once idle (no re-read of this consumer's
-                    // pending entries: they would be skipped again at once, round
-                    // after round, for as long as the repair lasts).
-                    Some(os) if os.first().is_some_and(|o| !sells(o.voucher_id)) => continue,
-                    Some(os) => {
+                match crate::outbox::entry::parse(&entry) {
+                    Some(e) => {
                         entries += 1;
-                        orders.extend(os);
+                        if let (Some(seq), Some(tag)) = (e.seq, self.keys.tag_of(&stream.key)) {
+                            let top = seen.entry(tag.to_owned()).or_default();
+                            *top = (*top).max(seq);
+                        }
+                        orders.extend(e.orders);
                     }
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
@@ -242,20 +243,14 @@ impl Relay {
         // entry, and entries differ in size). If a later message cannot be
         // published, the round's entries stay pending and are published again, the
         // earlier messages' orders too (the worker stores each order once).
+        let floors: Vec<(String, i64)> = seen.into_iter().collect();
+        for (tag, seq) in &floors {
+            self.recovery.floors.raise(tag, *seq);
+        }
         for range in messages(orders.len(), self.batch) {
             let chunk = &orders[range];
-            // Recorded before the publish, under the epoch they were read in (see
-            // `intent`): a repair that began meanwhile refuses it, and the entries
-            // stay pending for the repair to read.
-            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), epoch, chunk).await? else {
-                self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!(
-                    epoch,
-                    orders = orders.len(),
-                    "a repair began: not publishing what this round read"
-                );
-                return Ok(0);
-            };
+            // Recorded before the publish (see `intent`), with the shards' floors.
+            let intent = intent::record(&self.pg, self.keys.namespace(), chunk, &floors).await?;
             if let Err(e) = self.publish(channel, chunk, intent).await {
                 self.metrics.relay_confirms.with_label_values(&["error"]).inc();
                 return Err(e);
@@ -269,9 +264,7 @@ impl Relay {
                 .relay_lag_seconds
                 .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
         }
-        // On the connection the entries were read from (a server Postgres vouched
-        // for), never on a new one that may be another server.
-        self.acknowledge(&conn, epoch, &done).await?;
+        self.acknowledge(&conn, &done).await?;
         Ok(orders.len())
     }
 

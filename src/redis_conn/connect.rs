@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 impl Redis {
-    /// The connection (cheap to clone; commands are pipelined on it), whatever the
-    /// server's state. For code that is safe on any server (health checks, the
-    /// repair itself, reads).
+    /// The connection (cheap to clone; commands are pipelined on it).
     pub async fn conn(&self) -> Result<Conn, RedisError> {
         if let Some(c) = self.current() {
             return Ok(c);
@@ -22,30 +20,8 @@ impl Redis {
             return Ok(c);
         }
         let c = self.connect().await?;
-        if self.identity.get().is_some_and(|v| v.run_id != c.run_id) {
-            // Another server process: until the epoch guard has checked it against
-            // Postgres, nothing may sell from it.
-            tracing::warn!(run_id = %c.run_id, "connected to a Redis server other than the verified one");
-            self.identity.distrust();
-        }
         *self.slot.write().expect("redis slot poisoned") = Some(c.clone());
         Ok(c)
-    }
-
-    /// The connection, made anew if it predates the identity the guard verified
-    /// since: handles that share an identity ([`Redis::dedicated`]) each hold a
-    /// connection, and the guard checks (and drops) only its own. A cluster client
-    /// follows a failover within one connection, so without this a handle would
-    /// keep one stamped with the old masters and never be verified again.
-    pub(super) async fn current_conn(&self) -> Result<Conn, RedisError> {
-        let c = self.conn().await?;
-        match self.identity.get() {
-            Some(v) if v.run_id != c.run_id => {
-                c.broken.store(true, Ordering::Release);
-                self.conn().await
-            }
-            _ => Ok(c),
-        }
     }
 
     /// The connection in use, unless it broke, or it refuses the slots of masters

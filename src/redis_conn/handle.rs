@@ -2,7 +2,6 @@
 //! and the handles made from it that share its identity (see the module above).
 use super::cluster_identity;
 use super::conn::Conn;
-use super::identity::Identity;
 use redis::cluster::ClusterClient;
 use redis::{Client, ErrorKind, RedisError, RedisResult};
 use std::sync::{Arc, RwLock};
@@ -24,8 +23,7 @@ pub struct Redis {
     pub(super) slot: Arc<RwLock<Option<Conn>>>,
     /// Held while a new connection is made, so that callers make one, not many.
     pub(super) connecting: Arc<Mutex<()>>,
-    pub(super) identity: Arc<Identity>,
-    /// What was read of a cluster's masters, shared like `identity`.
+    /// What was read of a cluster's masters, shared by the handles made from one.
     pub(super) masters: Arc<cluster_identity::Masters>,
     pub(super) timeout: Duration,
     pub(super) main_runtime: Option<Handle>,
@@ -71,7 +69,6 @@ impl Redis {
             seed_urls,
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
-            identity: Arc::new(Identity::default()),
             masters: Arc::default(),
             timeout,
             main_runtime: Handle::try_current().ok(),
@@ -79,8 +76,7 @@ impl Redis {
     }
 
     /// A handle on the same server with its own connection and deadline, for
-    /// blocking commands (XREADGROUP BLOCK) that must not stall other callers. It
-    /// shares the server identity with this handle.
+    /// blocking commands (XREADGROUP BLOCK) that must not stall other callers.
     pub fn dedicated(&self, timeout: Duration) -> Self {
         Self {
             client: self.client.clone(),
@@ -93,7 +89,6 @@ impl Redis {
             seed_urls: self.seed_urls.clone(),
             slot: Arc::new(RwLock::new(None)),
             connecting: Arc::new(Mutex::new(())),
-            identity: self.identity.clone(),
             masters: self.masters.clone(),
             timeout,
             main_runtime: self.main_runtime.clone(),
@@ -127,9 +122,5 @@ impl Redis {
             }
         }
         Err(last.unwrap_or_else(|| RedisError::from((ErrorKind::InvalidClientConfig, "no Redis node"))))
-    }
-
-    pub fn identity(&self) -> &Arc<Identity> {
-        &self.identity
     }
 }

@@ -1,6 +1,6 @@
-//! The servers behind a handle as they are now, read anew: their identity, which
-//! the epoch guard compares with the connection's, and each master's slots, where
-//! a repair places a change.
+//! The servers behind a handle as they are now, read anew: their identity (for
+//! readiness: a cluster must serve every slot and every master must answer), and
+//! each master's slots.
 use super::cluster_identity;
 use super::cluster_map::{self, MasterSlots};
 use super::conn::Link;
@@ -13,12 +13,8 @@ impl Redis {
     /// The identity of the servers behind this handle as they are now: the node's
     /// `run_id`, or the sorted `run_id/master_replid` of every master of a cluster
     /// (a master that does not answer counted as last read, see
-    /// [`cluster_identity`]). The epoch guard compares it with the connection's each
-    /// second: a cluster client follows a failover by itself, so only this check
-    /// notices that a master is now another process (a replica that may have
-    /// missed writes). A change also forgets the verification at once: nothing
-    /// sells from the changed masters until the guard has checked them, even if
-    /// the rest of its check cannot be done (a master that does not answer).
+    /// [`cluster_identity`]). A cluster connection whose masters changed is
+    /// replaced (the next caller connects anew, reading the new masters and slots).
     pub async fn current_identity(&self) -> Result<Arc<str>, RedisError> {
         let mut c = self.conn().await?;
         if !c.refused.is_empty() {
@@ -38,9 +34,6 @@ impl Redis {
                     // identity.
                     tracing::warn!(was = %c.run_id, now = %now, "the masters of the Redis Cluster changed");
                     c.broken.store(true, Ordering::Release);
-                }
-                if self.identity.get().is_some_and(|v| v.run_id != now) {
-                    self.identity.set(None);
                 }
                 Ok(now)
             }

@@ -19,6 +19,7 @@
 //! completed.
 use super::shards::{done, give, settle, snapshot, take};
 use crate::keys::Keys;
+use crate::recovery::{Floors, Recovery};
 use crate::redis_conn::{Conn, Redis};
 use anyhow::{bail, Context, Result};
 use redis::Script;
@@ -47,19 +48,29 @@ pub enum Refill {
     /// No consistent reading could be made (moves all the while), or another
     /// refill held the sale's lease too long: neither "in stock" nor "sold out".
     Unknown,
-    /// The server is not verified, or a repair rewrote the sale meanwhile.
-    Unverified,
-    /// A shard's stock is missing (Redis lost the sale).
+    /// The sale is closed in this process, or a repair rewrote it meanwhile.
+    Closed,
+    /// A shard's stock is missing (Redis lost it, or a repair closed it).
     NotLoaded,
+    /// A shard went back in time (behind this process's floor); the script closed it.
+    Behind,
 }
 
 /// Brings units to dry shard `to` of a sale, under the sale's refill lease:
 /// completes the moves in transit if there are any, else moves half of the
 /// richest shard's stock (at least 1).
-pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u32) -> Result<Refill> {
-    let Some((mut conn, epoch)) = redis.verified_for(voucher).await? else {
-        return Ok(Refill::Unverified);
-    };
+pub async fn refill(
+    redis: &Redis,
+    keys: &Keys,
+    recovery: &Recovery,
+    voucher: i64,
+    shards: u32,
+    to: u32,
+) -> Result<Refill> {
+    if recovery.is_closed(voucher) {
+        return Ok(Refill::Closed);
+    }
+    let mut conn = redis.conn().await?;
     let lease = keys.refill_lease(voucher);
     let token = uuid::Uuid::new_v4().to_string();
     let deadline = Instant::now() + LEASE_WAIT;
@@ -81,7 +92,7 @@ pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u
         }
         tokio::time::sleep(LEASE_POLL).await;
     }
-    let outcome = leased(&mut conn, keys, voucher, shards, to, epoch).await;
+    let outcome = leased(&mut conn, keys, &recovery.floors, voucher, shards, to).await;
     let released: Result<i64, _> = RELEASE.key(&lease).arg(&token).invoke_async(&mut conn).await;
     if let Err(e) = released {
         // It runs out by itself.
@@ -90,7 +101,7 @@ pub async fn refill(redis: &Redis, keys: &Keys, voucher: i64, shards: u32, to: u
     outcome
 }
 
-async fn leased(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, to: u32, epoch: i64) -> Result<Refill> {
+async fn leased(conn: &mut Conn, keys: &Keys, floors: &Floors, voucher: i64, shards: u32, to: u32) -> Result<Refill> {
     let Some(snap) = snapshot(conn, keys, voucher, shards).await? else {
         return Ok(Refill::Unknown);
     };
@@ -98,7 +109,7 @@ async fn leased(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, to: u32
         return Ok(Refill::NotLoaded);
     };
     if !snap.pending.is_empty() {
-        settle(conn, keys, voucher, shards, epoch, &snap.pending).await?;
+        settle(conn, keys, floors, voucher, shards, &snap).await?;
         forget(conn, keys, snap.pending.iter().map(|p| p.transfer.as_str())).await?;
         return Ok(Refill::Retry);
     }
@@ -120,7 +131,7 @@ async fn leased(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, to: u32
     let transfer = uuid::Uuid::new_v4().to_string();
     let want = (richest / 2).max(1);
     register(conn, keys, voucher, shards, from, to, &transfer, want).await?;
-    let outcome = step(conn, keys, voucher, shards, from, to, &transfer, want, epoch).await?;
+    let outcome = step(conn, keys, floors, voucher, shards, from, to, &transfer, want).await?;
     forget(conn, keys, [transfer.as_str()]).await?;
     Ok(outcome)
 }
@@ -166,24 +177,25 @@ async fn forget<'a>(conn: &mut Conn, keys: &Keys, transfers: impl IntoIterator<I
 async fn step(
     conn: &mut Conn,
     keys: &Keys,
+    floors: &Floors,
     voucher: i64,
     shards: u32,
     from: u32,
     to: u32,
     transfer: &str,
     want: i64,
-    epoch: i64,
 ) -> Result<Refill> {
-    match give(conn, keys, voucher, shards, from, to, transfer, want, epoch).await? {
-        -2 => return Ok(Refill::Unverified),
-        -3 => return Ok(Refill::NotLoaded),
+    match give(conn, keys, floors, voucher, shards, from, to, transfer, want).await? {
+        (-3, _) => return Ok(Refill::NotLoaded),
+        (-4, _) => return Ok(Refill::Behind),
         // Sold meanwhile, or this move was already completed (the recovery pass
         // replayed it): look again.
-        0 => return Ok(Refill::Retry),
-        n if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
-        given => match take(conn, keys, voucher, shards, to, transfer, given, epoch).await? {
-            -2 => return Ok(Refill::Unverified),
+        (0, _) => return Ok(Refill::Retry),
+        (n, _) if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
+        (given, at) => match take(conn, keys, floors, voucher, shards, to, transfer, given, at).await? {
+            -2 => return Ok(Refill::Closed),
             -3 => return Ok(Refill::NotLoaded),
+            -4 => return Ok(Refill::Behind),
             _ => {}
         },
     }
@@ -193,11 +205,10 @@ async fn step(
 }
 
 /// Completes (or replays) every move in the registry. Returns how many entries it
-/// cleared (0 also when the server is not verified).
-pub async fn recover(redis: &Redis, keys: &Keys) -> Result<usize> {
-    let Some((mut conn, epoch)) = redis.verified().await? else {
-        return Ok(0);
-    };
+/// cleared. A move whose shard is lost or went back in time asks for its sale's
+/// repair.
+pub async fn recover(redis: &Redis, keys: &Keys, recovery: &Recovery) -> Result<usize> {
+    let mut conn = redis.conn().await?;
     let moves: HashMap<String, String> = redis::cmd("HGETALL")
         .arg(keys.moves())
         .query_async(&mut conn)
@@ -208,7 +219,27 @@ pub async fn recover(redis: &Redis, keys: &Keys) -> Result<usize> {
         let parsed: Option<Vec<i64>> = spec.split(':').map(|p| p.parse().ok()).collect();
         if let Some(&[voucher, shards, from, to, want]) = parsed.as_deref() {
             let (shards, from, to) = (shards as u32, from as u32, to as u32);
-            let r = step(&mut conn, keys, voucher, shards, from, to, &transfer, want, epoch).await?;
+            if recovery.is_closed(voucher) {
+                // Its repair clears the ledgers; the entry is done with.
+                forget(&mut conn, keys, [transfer.as_str()]).await?;
+                cleared += 1;
+                continue;
+            }
+            let r = step(
+                &mut conn,
+                keys,
+                &recovery.floors,
+                voucher,
+                shards,
+                from,
+                to,
+                &transfer,
+                want,
+            )
+            .await?;
+            if matches!(r, Refill::NotLoaded | Refill::Behind) {
+                recovery.lost(voucher, "a shard's stock is missing or behind (a move between shards)");
+            }
             if r != Refill::Retry {
                 // The shard is fenced or lost: the repair rebuilds the sale from
                 // Postgres and clears its ledgers; nothing is left to complete.
@@ -229,7 +260,13 @@ pub async fn recover(redis: &Redis, keys: &Keys) -> Result<usize> {
 /// Until `stop`: every `every` (by default a second), [`recover`]: one read of the
 /// registry per instance, whatever the number of sales and shards (every API
 /// instance runs it; the steps are idempotent).
-pub async fn run_recovery(redis: Redis, keys: Keys, every: Duration, stop: tokio_util::sync::CancellationToken) {
+pub async fn run_recovery(
+    redis: Redis,
+    keys: Keys,
+    recovery: std::sync::Arc<Recovery>,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = 0u32;
@@ -238,7 +275,7 @@ pub async fn run_recovery(redis: Redis, keys: Keys, every: Duration, stop: tokio
             _ = stop.cancelled() => return,
             _ = every.tick() => {}
         }
-        match recover(&redis, &keys).await {
+        match recover(&redis, &keys, &recovery).await {
             Ok(_) => failures = 0,
             Err(err) => {
                 failures += 1;

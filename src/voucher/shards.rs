@@ -18,10 +18,13 @@
 //! retried finds its id taken. So units are never created or destroyed: at every
 //! instant each is on sale in one shard, in one `given` entry not yet taken, or sold.
 //!
-//! Every step runs only on a server the service verified, and gives or takes
-//! nothing once a repair newer than the caller's epoch rewrote the shard (its
-//! fence); a repair clears the ledgers ([`crate::epoch`]).
+//! Every give and take passes the caller's floor for its shard and refuses (closing
+//! the shard) one that went back in time; a take refuses units given before a
+//! repair of the sale (the receiver's generation is newer than the donor's when it
+//! gave: the repair counted them from Postgres and cleared the ledgers,
+//! [`crate::recovery`]).
 use crate::keys::Keys;
+use crate::recovery::{gen_of, Floors};
 use crate::redis_conn::Conn;
 use anyhow::{Context, Result};
 use redis::Script;
@@ -68,8 +71,8 @@ pub struct ShardBooks {
     gives: i64,
     /// The size of the shard's `taken` set (it only grows, but for a repair).
     taken: i64,
-    /// The epoch of the newest repair that rewrote the shard (its fence; 0 if none).
-    fence: i64,
+    /// The shard's sequence (0 if it has none yet).
+    pub seq: i64,
 }
 
 /// Every shard of a sale at one instant, as far as moves are concerned.
@@ -92,11 +95,11 @@ impl Snapshot {
     }
 
     /// Per shard, what every give and take grows: gives made, moves taken, and the
-    /// repair fence (a repair clears the ledgers, so it would shrink the others).
+    /// generation (a repair clears the ledgers, so it would shrink the others).
     /// None of them ever returns to an earlier value, unlike the `given` hash
     /// ({} -> {t} -> {} across one move).
     fn counters(&self) -> Vec<(i64, i64, i64)> {
-        self.shards.iter().map(|s| (s.gives, s.taken, s.fence)).collect()
+        self.shards.iter().map(|s| (s.gives, s.taken, gen_of(s.seq))).collect()
     }
 }
 
@@ -127,7 +130,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
                 .cmd("XLEN")
                 .arg(keys.outbox_at(voucher, k, shards))
                 .scard(keys.moved_at(voucher, k, shards))
-                .get(keys.repair_fence_at(voucher, k, shards))
+                .get(keys.seq_at(voucher, k, shards))
                 .query_async(&mut conn)
                 .await
                 .with_context(|| format!("reading shard {k} of sale {voucher}"))?;
@@ -136,8 +139,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
     });
     let replies = futures::future::try_join_all(reads).await?;
     let mut snap = Snapshot::default();
-    for (k, (stock, given, taken, admitted, indexed, returned, outbox, moved, fence)) in replies.into_iter().enumerate()
-    {
+    for (k, (stock, given, taken, admitted, indexed, returned, outbox, moved, seq)) in replies.into_iter().enumerate() {
         // The counter, plus the index an older version kept (see `Keys::orders`).
         let orders = admitted.unwrap_or(0) + indexed;
         let gives = given.len() as i64 + moved;
@@ -163,7 +165,7 @@ async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Res
             outbox,
             gives,
             taken,
-            fence: fence.unwrap_or(0),
+            seq: seq.unwrap_or(0),
         });
     }
     if !snap.pending.is_empty() {
@@ -208,53 +210,70 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -
     Ok(None)
 }
 
-/// Step 1 on the donor; returns the units given (see `lua/shard_give.lua`).
+/// Step 1 on the donor: the units given (or < 0, see `lua/shard_give.lua`) and
+/// the donor's sequence, which the take needs. The caller's floor for the donor is
+/// passed and raised.
 #[allow(clippy::too_many_arguments)]
 pub async fn give(
     conn: &mut Conn,
     keys: &Keys,
+    floors: &Floors,
     voucher: i64,
     shards: u32,
     from: u32,
     to: u32,
     transfer: &str,
     want: i64,
-    epoch: i64,
-) -> Result<i64> {
-    GIVE.key(keys.stock_at(voucher, from, shards))
+) -> Result<(i64, i64)> {
+    let tag = crate::keys::shard_tag(voucher, from, shards);
+    let (n, seq): (i64, i64) = GIVE
+        .key(keys.stock_at(voucher, from, shards))
         .key(keys.given_at(voucher, from, shards))
         .key(keys.moved_at(voucher, from, shards))
-        .key(keys.repair_fence_at(voucher, from, shards))
+        .key(keys.seq_at(voucher, from, shards))
         .arg(transfer)
         .arg(to)
         .arg(want)
-        .arg(epoch)
+        .arg(floors.get(&tag))
         .invoke_async(conn)
         .await
-        .context("shard_give.lua")
+        .context("shard_give.lua")?;
+    if n != -4 {
+        floors.raise(&tag, seq);
+    }
+    Ok((n, seq))
 }
 
-/// Step 2 on the receiver (see `lua/shard_take.lua`).
+/// Step 2 on the receiver (see `lua/shard_take.lua`): `given_at` is the donor's
+/// sequence when it gave.
 #[allow(clippy::too_many_arguments)]
 pub async fn take(
     conn: &mut Conn,
     keys: &Keys,
+    floors: &Floors,
     voucher: i64,
     shards: u32,
     to: u32,
     transfer: &str,
     units: i64,
-    epoch: i64,
+    given_at: i64,
 ) -> Result<i64> {
-    TAKE.key(keys.stock_at(voucher, to, shards))
+    let tag = crate::keys::shard_tag(voucher, to, shards);
+    let (code, seq): (i64, i64) = TAKE
+        .key(keys.stock_at(voucher, to, shards))
         .key(keys.taken_at(voucher, to, shards))
-        .key(keys.repair_fence_at(voucher, to, shards))
+        .key(keys.seq_at(voucher, to, shards))
         .arg(transfer)
         .arg(units)
-        .arg(epoch)
+        .arg(floors.get(&tag))
+        .arg(given_at)
         .invoke_async(conn)
         .await
-        .context("shard_take.lua")
+        .context("shard_take.lua")?;
+    if code != -4 {
+        floors.raise(&tag, seq);
+    }
+    Ok(code)
 }
 
 /// Step 3 on the donor (see `lua/shard_done.lua`).
@@ -269,19 +288,32 @@ pub async fn done(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, from:
     Ok(())
 }
 
-/// Takes and closes `pending` moves. Returns how many it closed; an entry whose
-/// receiver refuses (a repair rewrote it, or lost its stock) stays for the repair.
+/// Takes and closes the moves pending in `snap`. Returns how many it closed; an
+/// entry whose receiver refuses (lost, behind, or rebuilt since) stays for the
+/// repair.
 pub async fn settle(
     conn: &mut Conn,
     keys: &Keys,
+    floors: &Floors,
     voucher: i64,
     shards: u32,
-    epoch: i64,
-    pending: &[Pending],
+    snap: &Snapshot,
 ) -> Result<usize> {
     let mut closed = 0;
-    for p in pending {
-        let r = take(conn, keys, voucher, shards, p.to, &p.transfer, p.units, epoch).await?;
+    for p in &snap.pending {
+        let given_at = snap.shards.get(p.from as usize).map_or(0, |s| s.seq);
+        let r = take(
+            conn,
+            keys,
+            floors,
+            voucher,
+            shards,
+            p.to,
+            &p.transfer,
+            p.units,
+            given_at,
+        )
+        .await?;
         if r < 0 {
             tracing::warn!(voucher, transfer = %p.transfer, code = r, "a move cannot be taken; left for the repair");
             continue;

@@ -19,6 +19,7 @@ pub async fn load(redis: &Redis, keys: &Keys, voucher_id: i64, stock: i32, shard
         let loaded: i64 = LOAD
             .key(keys.stock_at(voucher_id, k, shards))
             .key(keys.outbox_at(voucher_id, k, shards))
+            .key(keys.seq_at(voucher_id, k, shards))
             .arg(part)
             .arg(RELAY_GROUP)
             .invoke_async(&mut conn)

@@ -12,19 +12,16 @@
 //! (they would be sold and stored `failed`), and no failure after the commit can
 //! take units back out.
 //!
-//! A Redis that lost the sale refuses (the stock key is missing): the top-up stays
-//! pending, and the repair that rebuilds the sale from Postgres ([`crate::epoch`]),
-//! whose stock already counts it, marks it done. Against a repair running at the
-//! same moment, [`apply`] holds the top-up's row locked from before the Redis step
-//! until it is marked done (the repair's "mark pending top-ups done" waits for it),
-//! and adds nothing while a repair is under way: not while Postgres's epoch row says
-//! `repairing`, and not once a repair newer than Postgres's committed epoch has
-//! rewritten the sale (the script compares the sale's repair fence with that
-//! epoch). Such a repair read the stock after the top-up committed (it holds the
-//! voucher's row from that read to its commit), so it counts the units: they are
-//! added before the rebuild (which overwrites them with Postgres's count) or not at
-//! all.
+//! A shard that lost the sale, or that a repair closed, refuses (its stock key is
+//! missing): the top-up stays pending, and the sale's repair is asked for. A repair
+//! ([`crate::recovery`]) reads Postgres's stock, which counts every top-up committed
+//! before its snapshot, and writes the ids of those top-ups into every shard's set
+//! of applied ids: applied afterwards, such a top-up adds nothing (and is marked
+//! done); a top-up committed after the snapshot is added once the sale reopens. A
+//! shard that went back in time (behind this process's floor) is refused and
+//! closed by the script itself.
 use crate::keys::Keys;
+use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
 use crate::voucher::repo;
 use crate::voucher::stock::{self, Event};
@@ -85,11 +82,11 @@ pub async fn get(db: impl sqlx::PgExecutor<'_>, id: i64) -> Result<Option<TopUp>
 }
 
 /// The Redis half of top-up `id`, then marks it done. True if the top-up is complete
-/// (now, or before: by another caller or a repair); false if it stays pending (Redis
-/// lost the sale, or a repair is under way: it counts the top-up).
-pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<bool> {
+/// (now, or before: by another caller, or counted by a repair); false if it stays
+/// pending (a shard lost the sale, went back in time, or is being repaired).
+pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, recovery: &Recovery, id: i64) -> Result<bool> {
     let mut tx = pg.begin().await?;
-    // Locked until marked done: a repair marking pending top-ups done waits for it.
+    // Locked until marked done: two callers apply one top-up one after the other.
     let pending: Option<TopUp> =
         sqlx::query_as("SELECT id, voucher_id, units FROM stock_topups WHERE id = $1 AND done_at IS NULL FOR UPDATE")
             .bind(id)
@@ -101,23 +98,8 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
         return Ok(true);
     };
     let shards = repo::shards(&mut *tx, t.voucher_id).await?;
-    // The newest repair Postgres has committed (none yet: 0), and whether one under
-    // way rebuilds this sale (a repair of other sales only does not stop it).
-    let (epoch, repairing): (i64, bool) = sqlx::query_as(
-        "SELECT epoch, repairing AND (repair_scope_epoch IS DISTINCT FROM epoch OR repair_scope IS NULL
-                                      OR $2 = ANY(repair_scope))
-           FROM redis_epochs WHERE namespace = $1",
-    )
-    .bind(keys.namespace())
-    .bind(t.voucher_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .context("reading the Redis epoch")?
-    .unwrap_or((0, false));
-    if repairing {
+    if recovery.is_closed(t.voucher_id) {
         tracing::warn!(top_up = id, "the sale is being repaired; the top-up stays pending");
-        // At once, not when the pool next uses the connection: the repair marking
-        // pending top-ups done waits for this row's lock.
         tx.rollback().await?;
         return Ok(false);
     }
@@ -130,20 +112,30 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
             continue;
         }
         let k = k as u32;
-        let one: i64 = TOPUP
+        let tag = crate::keys::shard_tag(t.voucher_id, k, shards);
+        let (one, seq): (i64, i64) = TOPUP
             .key(keys.stock_at(t.voucher_id, k, shards))
             .key(keys.topups_at(t.voucher_id, k, shards))
-            .key(keys.repair_fence_at(t.voucher_id, k, shards))
+            .key(keys.seq_at(t.voucher_id, k, shards))
             .arg(t.id)
             .arg(part)
-            .arg(epoch)
+            .arg(recovery.floors.get(&tag))
             .invoke_async(&mut conn)
             .await
             .context("stock_topup.lua")?;
         if one < 0 {
             r = one;
+            recovery.lost(
+                t.voucher_id,
+                if one == -4 {
+                    "a shard went back in time (a top-up found it behind)"
+                } else {
+                    "a shard's stock is missing in Redis (a top-up found it)"
+                },
+            );
             break;
         }
+        recovery.floors.raise(&tag, seq);
         r = r.max(one);
     }
     if r < 0 {
@@ -171,7 +163,7 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, id: i64) -> Result<b
 }
 
 /// Finishes top-ups pending for longer than `min_age`. Returns how many it finished.
-pub async fn recover(pg: &PgPool, redis: &Redis, keys: &Keys, min_age: Duration) -> Result<usize> {
+pub async fn recover(pg: &PgPool, redis: &Redis, keys: &Keys, recovery: &Recovery, min_age: Duration) -> Result<usize> {
     let pending: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM stock_topups
           WHERE done_at IS NULL AND created_at < now() - make_interval(secs => $1)
@@ -183,21 +175,9 @@ pub async fn recover(pg: &PgPool, redis: &Redis, keys: &Keys, min_age: Duration)
     .context("finding pending top-ups")?;
     let mut done = 0;
     for id in pending {
-        if apply(pg, redis, keys, id).await? {
+        if apply(pg, redis, keys, recovery, id).await? {
             done += 1;
         }
     }
     Ok(done)
-}
-
-/// For a repair that rebuilt `vouchers` from Postgres ([`crate::epoch`]), in its
-/// transaction: Postgres's stock already counts their pending top-ups, so Redis must
-/// not add them again.
-pub async fn sales_rebuilt(tx: &mut sqlx::PgConnection, vouchers: &[i64]) -> Result<()> {
-    sqlx::query("UPDATE stock_topups SET done_at = now() WHERE voucher_id = ANY($1) AND done_at IS NULL")
-        .bind(vouchers)
-        .execute(&mut *tx)
-        .await
-        .context("marking rebuilt sales' top-ups done")?;
-    Ok(())
 }

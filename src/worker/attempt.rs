@@ -45,7 +45,6 @@ impl Worker {
         for (kind, n) in [
             ("id_collision", o.id_collisions),
             ("number_collision", o.number_collisions),
-            ("late_conflict", o.late_conflicts),
         ] {
             if n > 0 {
                 self.metrics

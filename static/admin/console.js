@@ -430,22 +430,32 @@ function defaultWindow() {
   form.elements.end_at.value = local(new Date(now.getTime() + 3600 * 1000));
 }
 
-// A Redis repair under way closes every sale it rebuilds: say so, and why it waits.
+// A sale closed for a repair (a shard of it lost state or went back in time): say
+// which, since when and why; and how long repairs have kept the watched sale
+// closed in all (GET /api/v1/admin/redis, per sale).
 async function pollRedis() {
   if (!token) return;
   try {
     const r = await api("GET", "/api/v1/admin/redis");
+    const sales = r.sales || [];
+    const closed = sales.filter((s) => s.closed);
     const el = $("repair");
-    if (r.repairing) {
-      const since = r.repair_started_at ? " since " + when(r.repair_started_at) : "";
-      el.textContent =
-        "Redis repair (epoch " + r.epoch + ")" + since + ": sales closed. " +
-        (r.repair_reason || "rebuilding the sales from Postgres.");
+    if (closed.length) {
+      el.textContent = "Closed for a Redis repair: " + closed.map((s) =>
+        "sale " + s.voucher_id + (s.closed_since ? " since " + when(s.closed_since) : "") +
+        (s.last_reason ? " (" + s.last_reason + ")" : "")).join("; ");
     }
-    el.hidden = !r.repairing;
+    el.hidden = !closed.length;
+    const watched = sales.find((s) => s.voucher_id === selected);
+    $("closed-time").textContent = watched ? seconds(watched.closed_ms) : "0 s";
+    $("repairs").textContent = watched ? "closed by " + fmt(watched.repairs) + " repair(s)" : "closed by repairs";
   } catch (e) {
     // The notice line reports the other calls' failures; this one stays quiet.
   }
+}
+
+function seconds(ms) {
+  return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
 }
 
 async function start() {

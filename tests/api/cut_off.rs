@@ -1,12 +1,12 @@
-//! A `serve` process cut off from Postgres across a repair. It cannot check the
-//! Redis epoch, so it goes on trusting the one it verified last; when Redis goes
-//! back in time in the same process (same `run_id`, its connection kept), only the
-//! repair that another process runs can stop it. The repair closes every sale the
-//! moment it has its epoch, before its barrier waits: the cut-off process's
-//! orders find no stock and it stops selling, rather than selling the rolled-back
-//! state (shoppers whose orders Redis forgot) for as long as the barrier waits.
-use crate::barrier::{sells_the_rest_exactly, setup};
+//! A `serve` process cut off from Postgres while Redis goes back in time in the same
+//! process (same `run_id`, its connection kept). It cannot read the floors Postgres
+//! holds nor repair, but it needs neither to stop selling from the rolled-back
+//! state: its own floor (the sequence its last call saw) is above the shard's, so
+//! its first call finds the shard behind and closes it, in the same script, before
+//! it sells. Another process repairs; the cut-off one sells again once it has
+//! Postgres back.
 use crate::fixtures::{signal, OwnRedis};
+use crate::frozen::{sells_the_rest_exactly, setup};
 use crate::helpers::*;
 use reqwest::StatusCode;
 use seckill::app::Mode;
@@ -43,8 +43,8 @@ async fn a_serve_cut_from_postgres_sells_nothing_from_a_rolled_back_redis() {
         .mode(Mode::Serve)
         .spawn()
         .await;
-    current_epoch(&b).await;
-    // B answers for the sale: the first shoppers already ordered.
+    // B answers for the sale: the first shoppers already ordered (and B's floor is
+    // the shard's sequence after their orders).
     let (status, body) = b.order(s.v, 1).await;
     assert_eq!(body["error"]["code"], "already_ordered", "{status} {body}");
 
@@ -62,31 +62,9 @@ async fn a_serve_cut_from_postgres_sells_nothing_from_a_rolled_back_redis() {
     // their shoppers' marks are gone; B's connection stays.
     redis.reload_last_snapshot();
     let closed_since = Instant::now();
-    // A notices (the Redis clock is behind what Postgres recorded) and repairs; its
-    // barrier waits for the frozen worker.
-    let identity = s.app.app().state().redis.identity().clone();
-    eventually(Duration::from_secs(10), || {
-        let identity = identity.clone();
-        async move { identity.get().is_some_and(|v| v.repairing).then_some(()) }
-    })
-    .await
-    .expect("A notices that Redis went back and repairs");
-    // The repair has closed the sale when its stock key is gone (probes sent before
-    // that would race the close, which no process can avoid: the check runs once a
-    // second). Waited for up to 3 s, then the probes go anyway: they show the harm.
-    let conn = s.app.redis().await;
-    let stock_key = s.ns.keys().stock(s.v);
-    let closed = eventually(Duration::from_secs(3), || {
-        let (mut conn, key) = (conn.clone(), stock_key.clone());
-        async move {
-            let n: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.ok()?;
-            (n == 0).then_some(())
-        }
-    })
-    .await;
-    println!("the repair closed the sale: {}", closed.is_some());
     // The first shoppers try again through B, again and again, for 4 s: B must not
-    // sell them (or anyone) anything from the rolled-back state.
+    // sell them (or anyone) anything from the rolled-back state. Its first call
+    // finds the shard behind and closes it.
     let until = Instant::now() + Duration::from_secs(4);
     let mut tries = 0;
     while Instant::now() < until {
@@ -105,14 +83,21 @@ async fn a_serve_cut_from_postgres_sells_nothing_from_a_rolled_back_redis() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("{tries} tries through B during the repair, none sold");
+    println!("{tries} tries through B after the rollback, none sold");
+    let mut conn = s.app.redis().await;
+    let open: bool = redis::cmd("EXISTS")
+        .arg(s.ns.keys().stock(s.v))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!open, "B's first call closed the shard it found behind");
     signal(&s.worker, "CONT");
     // B gets Postgres back and verifies the repaired server.
     sqlx::query(&format!("ALTER ROLE {role} LOGIN"))
         .execute(&admin)
         .await
         .unwrap();
-    sells_the_rest_exactly(&s, stock, first, closed_since, "serve cut from Postgres").await;
+    sells_the_rest_exactly(&s, stock, &Default::default(), closed_since, "serve cut from Postgres").await;
     selling_again(&b, s.v, 1).await;
     let (_, body) = b.order(s.v, 1).await;
     assert_eq!(body["error"]["code"], "already_ordered", "{body}");

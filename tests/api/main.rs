@@ -4,7 +4,6 @@
 //! its own; every other module tests one part of the service, its doc says which.
 mod admission;
 mod audit;
-mod barrier;
 mod browse;
 mod clock;
 mod coalesce;
@@ -21,6 +20,7 @@ mod faults;
 mod fixtures;
 mod floods;
 mod foundation;
+mod frozen;
 mod helpers;
 mod isolation;
 mod lifecycle;
@@ -39,9 +39,9 @@ mod relay_batches;
 mod repair;
 mod replication;
 mod rollback;
-mod scoped;
 mod sequences;
 mod shards;
 mod topups;
 mod transient;
 mod voucher_key;
+mod went_back;

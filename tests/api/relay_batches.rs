@@ -40,8 +40,8 @@ async fn a_backlog_of_coalesced_entries_is_published_in_messages_within_the_batc
         fattest = entries
             .ids
             .iter()
-            .filter_map(|e| seckill::outbox::entry::parse(e, 0))
-            .map(|orders| orders.len())
+            .filter_map(seckill::outbox::entry::parse)
+            .map(|e| e.orders.len())
             .max()
             .unwrap_or(0);
         if fattest > 7 {

@@ -1,6 +1,6 @@
-//! Repairing a sale in Redis from Postgres and the outbox, and what fences the
-//! repair: it waits for orders still in a worker's hands, a repairer that lost the
-//! race cannot write, and counter keys of two epochs never hand out a value twice.
+//! Repairing a sale in Redis from Postgres, the relays' intents and the outbox,
+//! and what fences the repair: it counts orders still in a worker's hands without
+//! waiting for them, and a repairer that lost the race cannot write.
 use crate::fixtures::{signal, spawn_worker_binary};
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -8,12 +8,12 @@ use std::time::Duration;
 
 /// A worker holds orders it received and has not persisted (here: frozen with
 /// SIGSTOP, as a process stalled in a long pause would be) while Redis loses the
-/// sale. The repair must wait for what is in the worker's hands: rebuilding without
-/// those orders would sell their units and their shoppers again. (A queue's ready
-/// count alone does not show a worker's unacknowledged deliveries: a repair judging
-/// the queue drained by it would reopen the sale without them.)
+/// sale. Rebuilding without those orders would sell their units and their shoppers
+/// again; waiting for the worker would keep the sale shut for as long as it is
+/// frozen. The relays' intents name them (each order's shopper and time): the
+/// repair counts them and reopens the sale while the worker is still frozen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
+async fn a_repair_counts_the_orders_in_a_workers_hands_without_waiting() {
     let ns = Namespace::new().await;
     let app = TestApp::builder(&ns).worker(false).spawn().await;
     let stock = 10i64;
@@ -80,39 +80,34 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
         .await
         .unwrap();
     let lost_at = std::time::Instant::now();
-    // While the worker holds those orders, the sale stays closed, however long: the
-    // freeze outlasts any "worker seen lately" window (a frozen worker stops beating;
-    // an earlier repair took it for dead after 5 s and reopened the sale without its
-    // orders). Probed every 100 ms for 8 s.
-    let until = lost_at + Duration::from_secs(8);
-    let mut probe = 100;
-    while std::time::Instant::now() < until {
-        let (status, body) = app.order(v, probe).await;
-        assert_eq!(
-            status,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the sale reopened while a worker held orders: {body}"
-        );
-        probe += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // An operator sees the repair waiting, and why: the four orders.
+    // The first order meets the lost sale: refused, and the repair asked for.
+    let (status, body) = app.order(v, 100).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // Open again while the worker is still frozen.
+    let (status, body) = selling_again(&app, v, 1).await;
+    let closed = lost_at.elapsed();
+    assert_eq!(body["error"]["code"], "already_ordered", "{status} {body}");
+    println!(
+        "the sale was closed {} ms, the worker frozen all along",
+        closed.as_millis()
+    );
+    // An operator sees the repair and how long it kept the sale closed.
     let (status, state) = app.get("/api/v1/admin/redis", Some(&app.admin())).await;
     assert_eq!(status, StatusCode::OK, "{state}");
-    println!("admin view during the freeze: {state}");
-    assert_eq!(state["repairing"], true, "{state}");
-    assert_eq!(state["repair_waiting_orders"], 4, "{state}");
-    assert!(
-        state["repair_reason"].as_str().is_some_and(|r| r.contains("4 order")),
+    let sale = state["sales"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["voucher_id"].as_str() == Some(v.to_string().as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("the sale in the admin view: {state}"));
+    assert_eq!(
+        (sale["closed"].clone(), sale["repairs"].clone()),
+        (false.into(), 1.into()),
         "{state}"
     );
-    signal(&worker, "CONT");
-    selling_again(&app, v, 1).await;
-    println!("the sale was closed {} ms", lost_at.elapsed().as_millis());
-    let (_, state) = app.get("/api/v1/admin/redis", Some(&app.admin())).await;
-    assert_eq!(
-        (state["repairing"].clone(), state["repair_waiting_orders"].clone()),
-        (serde_json::json!(false), serde_json::json!(0)),
+    assert!(
+        sale["closed_ms"].as_i64().unwrap() <= closed.as_millis() as i64 + 1000,
         "{state}"
     );
     for u in 1..=4 {
@@ -125,6 +120,13 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
         stock - 4,
         "exactly the stock that was left"
     );
+    let in_pg: i64 = sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(in_pg, 0, "still frozen: the stock sold out without the worker");
+    signal(&worker, "CONT");
     wait_stored(&app, v, stock, Duration::from_secs(30), "every order persisted").await;
     let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM voucher_orders WHERE voucher_id = $1")
         .bind(v)
@@ -137,39 +139,50 @@ async fn a_repair_waits_for_the_orders_in_a_workers_hands() {
     let _ = worker.wait();
 }
 
-/// A repair that lost the race (an older epoch) cannot write a sale any more.
+/// A repair that lost the race (an older generation) cannot write a sale any more,
+/// and a repair's step finds the shard exactly where its previous step left it or
+/// stops.
 #[tokio::test]
 async fn a_stale_repair_cannot_write_a_sale() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
-    let v = app.flash_sale(5).await;
-    let epoch = current_epoch(&app).await;
+    let v = app.flash_sale(100).await;
     let k = ns.keys();
     let script = redis::Script::new(include_str!("../../lua/sale_restore.lua"));
     let mut redis = app.redis().await;
-    let run = |e: i64, op: &str| {
+    let run = |gen: i64, op: &str, at: i64| {
         let mut inv = script.key(k.stock(v));
         inv.key(k.buyers(v))
             .key(k.admitted(v))
             .key(k.returned(v))
             .key(k.outbox(v))
-            .key(k.repair_fence(v))
+            .key(k.seq_at(v, 0, 1))
             .key(k.given_at(v, 0, 1))
             .key(k.moved_at(v, 0, 1))
             .key(k.taken_at(v, 0, 1))
             .key(k.orders(v))
-            .arg(e)
-            .arg(op);
+            .key(k.topups_at(v, 0, 1))
+            .arg(gen)
+            .arg(op)
+            .arg(at);
         inv
     };
-    let taken: i64 = run(epoch + 5, "reset").invoke_async(&mut redis).await.unwrap();
-    assert_eq!(taken, 1);
-    let stale: i64 = run(epoch + 4, "reset").invoke_async(&mut redis).await.unwrap();
+    let (ok, seq): (i64, i64) = run(5, "reset", 0).invoke_async(&mut redis).await.unwrap();
+    assert_eq!((ok, seq), (1, 5 << 32));
+    let (stale, _): (i64, i64) = run(4, "reset", 0).invoke_async(&mut redis).await.unwrap();
     assert_eq!(stale, 0, "an older repair cannot reset the sale");
-    let mut open = run(epoch + 4, "open");
+    let mut open = run(4, "open", seq);
     open.arg(100).arg("relay");
-    let stale: i64 = open.invoke_async(&mut redis).await.unwrap();
+    let (stale, _): (i64, i64) = open.invoke_async(&mut redis).await.unwrap();
     assert_eq!(stale, 0, "nor open it with its stock");
+    let mut open = run(5, "open", seq + 1);
+    open.arg(100).arg("relay");
+    let (moved, _): (i64, i64) = open.invoke_async(&mut redis).await.unwrap();
+    assert_eq!(moved, 0, "nor a step that expects the shard elsewhere");
     let stock: Option<i64> = redis::cmd("GET").arg(k.stock(v)).query_async(&mut redis).await.unwrap();
     assert_eq!(stock, None);
+    let mut open = run(5, "open", seq);
+    open.arg(100).arg("relay");
+    let (ok, after): (i64, i64) = open.invoke_async(&mut redis).await.unwrap();
+    assert_eq!((ok, after), (1, seq + 1), "the repair's own next step");
 }

@@ -7,6 +7,7 @@ fn a_drain_that_stops_early_answers_the_waiting_and_opens_the_gate() {
     let gate = Gate {
         voucher: 1,
         keys: Default::default(),
+        floor: Default::default(),
         state: Mutex::new((true, Vec::new())),
     };
     let ask = Ask {
@@ -35,7 +36,6 @@ fn replies_decode_as_one_order_each() {
         Reservation::Accepted { stock_left: 3 }
     );
     assert_eq!(decode_reply(Value::Int(-1)).unwrap(), Reservation::SoldOut);
-    assert_eq!(decode_reply(Value::Int(-3)).unwrap(), Reservation::NotLoaded);
     let again = Value::Array(vec![Value::Int(-2), Value::BulkString(b"77".to_vec())]);
     assert_eq!(
         decode_reply(again).unwrap(),
@@ -65,7 +65,7 @@ fn short_of_replicas_nothing_of_the_call_is_acknowledged() {
     assert_eq!(short(Reservation::NotLoaded), Reservation::NotLoaded);
 }
 
-/// The script writes the call's entry (ARGV[2]) and marks as they are when it
+/// The script writes the call's entry (ARGV[3]) and marks as they are when it
 /// accepts every order: both must name the same orders, in the call's order, as
 /// the relay reads the entry back.
 #[test]
@@ -77,27 +77,40 @@ fn the_calls_entry_and_marks_name_the_same_orders() {
             created_ms: 1_764_000_000_000 + i,
         })
         .collect();
-    let args = script_args(7, &asks);
-    assert_eq!(args.len(), 2 + 2 * asks.len());
-    assert_eq!(args[0], "7");
+    let args = script_args(7, 42, &asks);
+    assert_eq!(args.len(), 3 + 2 * asks.len());
+    assert_eq!((args[0].as_str(), args[1].as_str()), ("7", "42"));
     let entry = redis::streams::StreamId {
         id: "1-0".into(),
         map: [
             ("v".to_owned(), redis::Value::BulkString(args[0].clone().into_bytes())),
-            ("b".to_owned(), redis::Value::BulkString(args[1].clone().into_bytes())),
+            ("b".to_owned(), redis::Value::BulkString(args[2].clone().into_bytes())),
         ]
         .into(),
         ..Default::default()
     };
-    let read = crate::outbox::entry::parse(&entry, 0).expect("an entry the relay reads");
+    let read = crate::outbox::entry::parse(&entry)
+        .expect("an entry the relay reads")
+        .orders;
     for (i, a) in asks.iter().enumerate() {
         let o = &read[i];
         assert_eq!(
             (o.id, o.user_id, o.voucher_id, o.created_ms),
             (a.order_id, a.user_id, 7, a.created_ms)
         );
-        assert_eq!(args[2 + 2 * i], a.user_id.to_string());
-        assert_eq!(args[3 + 2 * i], format!("{}:{}", a.order_id, a.created_ms));
+        assert_eq!(args[3 + 2 * i], a.user_id.to_string());
+        assert_eq!(args[4 + 2 * i], format!("{}:{}", a.order_id, a.created_ms));
     }
     assert_eq!(read.len(), asks.len());
+}
+
+#[test]
+fn a_reply_splits_into_status_sequence_and_orders() {
+    let reply = Value::Array(vec![Value::Int(1), Value::Int(9), Value::Int(3), Value::Int(-1)]);
+    let (status, seq, orders) = split_reply(reply).unwrap();
+    assert_eq!((status, seq, orders.len()), (1, 9, 2));
+    let behind = Value::Array(vec![Value::Int(0), Value::Int(5)]);
+    assert_eq!(split_reply(behind).unwrap().0, 0);
+    assert!(split_reply(Value::Array(vec![Value::Int(1)])).is_err());
+    assert!(split_reply(Value::Nil).is_err());
 }

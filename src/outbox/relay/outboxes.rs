@@ -3,20 +3,6 @@ use super::{Outbox, Relay, REGISTRY_EVERY};
 use std::time::Instant;
 
 impl Relay {
-    /// The outbox streams of `sales` (as the cache knows their shards).
-    pub(super) fn outboxes_of(&self, sales: &[i64]) -> std::collections::HashSet<String> {
-        self.cache
-            .flash_sales()
-            .iter()
-            .filter(|e| sales.binary_search(&e.voucher.id).is_ok())
-            .flat_map(|e| {
-                let shards = e.voucher.flash.as_ref().map_or(1, |f| f.shards());
-                let id = e.voucher.id;
-                (0..shards).map(move |k| self.keys.outbox_at(id, k, shards))
-            })
-            .collect()
-    }
-
     /// The outboxes (voucher, shard) this relay reads: every shard of the flash sales
     /// in the voucher cache and those in Redis's registry of outboxes, so that orders
     /// keep flowing even while the cache is empty (Postgres unreachable since start-up).

@@ -142,20 +142,14 @@ impl Relay {
     pub(super) async fn acknowledge(
         &self,
         conn: &crate::redis_conn::Conn,
-        epoch: i64,
         done: &HashMap<String, Vec<String>>,
     ) -> Result<()> {
         let results = futures::future::join_all(done.iter().map(|(stream, ids)| {
             let mut conn = conn.clone();
-            // Fenced: once a newer repair has closed the shard, the entries stay for
-            // its rebuild to count (see lua/outbox_ack.lua).
-            let fence = self.keys.repair_fence_of_outbox(stream).unwrap_or_default();
             async move {
                 let dropped: redis::RedisResult<i64> = OUTBOX_ACK
                     .key(stream)
-                    .key(fence)
                     .arg(RELAY_GROUP)
-                    .arg(epoch)
                     .arg(ids)
                     .invoke_async(&mut conn)
                     .await;
@@ -166,17 +160,10 @@ impl Relay {
         let mut failed = None;
         let mut failures = 0;
         for (stream, r) in results {
-            match r {
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(outbox = %stream, error = %e, "acknowledging one outbox failed; its entries stay pending");
-                    failed.get_or_insert(e);
-                }
-                Ok(-1) => {
-                    self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                    tracing::info!(outbox = %stream, epoch, "a repair closed this outbox's shard: its entries stay for the rebuild");
-                }
-                Ok(_) => {}
+            if let Err(e) = r {
+                failures += 1;
+                tracing::warn!(outbox = %stream, error = %e, "acknowledging one outbox failed; its entries stay pending");
+                failed.get_or_insert(e);
             }
         }
         match failed {

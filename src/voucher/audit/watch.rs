@@ -10,7 +10,7 @@
 //! pipeline's delay (until then it is in flight, balanced), a cancellation or a
 //! top-up first. What it does not see is Redis itself losing or gaining units
 //! behind the service's back on an idle sharded sale: the order that meets a lost
-//! shard, the epoch guard, or `GET …/audit` (always a full read) tell those.
+//! shard, or `GET …/audit` (always a full read) tell those.
 use super::books::{books, postgres_books, Lookup, PostgresBooks};
 use crate::clock::Clock;
 use crate::keys::Keys;
@@ -54,6 +54,8 @@ pub struct Watch {
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
     pub every: Duration,
+    /// The sales this process has closed are not audited.
+    pub recovery: Arc<crate::recovery::Recovery>,
 }
 
 impl Watch {
@@ -86,15 +88,11 @@ impl Watch {
         }
     }
 
-    /// The running sales whose books do not balance now; None if this round cannot
-    /// tell (Redis is not verified: its sales are being repaired). `quiet`: the
-    /// sharded sales last found balanced with nothing in flight, with their
-    /// Postgres books then.
+    /// The running sales whose books do not balance now (a sale closed in this
+    /// process, being repaired, is not audited: its books are being rewritten).
+    /// `quiet`: the sharded sales last found balanced with nothing in flight, with
+    /// their Postgres books then.
     async fn round(&self, quiet: &mut HashMap<i64, (i64, PostgresBooks)>) -> Option<HashSet<i64>> {
-        match self.redis.verified().await {
-            Ok(Some(_)) => {}
-            _ => return None,
-        }
         let now = self.clock.now();
         let running: Vec<(i64, u32)> = self
             .cache
@@ -105,6 +103,7 @@ impl Watch {
                     .flash
                     .as_ref()
                     .is_some_and(|f| f.begin_at <= now && now < f.end_at)
+                    && !self.recovery.is_closed(e.voucher.id)
             })
             .map(|e| (e.voucher.id, e.voucher.flash.as_ref().map_or(1, |f| f.shards())))
             .collect();

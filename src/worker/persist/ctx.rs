@@ -3,7 +3,6 @@
 use super::error::PersistError;
 use crate::keys::Keys;
 use crate::order::OrderMsg;
-use crate::redis_conn::Redis;
 use crate::sequence::{Sequences, ORDER_RULE, ORDER_TENANT};
 use sqlx::PgPool;
 
@@ -17,9 +16,6 @@ pub struct Outcome {
     pub id_collisions: usize,
     /// Orders whose business number was already taken: numbered again.
     pub number_collisions: usize,
-    /// Orders in flight across a Redis repair whose unit or shopper was sold again
-    /// before they arrived: stored `failed`.
-    pub late_conflicts: usize,
     /// Statements whose rows went in by the tolerant `INSERT ... ON CONFLICT` after
     /// the `COPY` met a row stored already or a shopper's live order (a
     /// redelivery, an incident): 0 in the common case.
@@ -31,7 +27,6 @@ pub struct Outcome {
 pub struct Ctx {
     pub pg: PgPool,
     pub sequences: Sequences,
-    pub redis: Redis,
     pub keys: Keys,
 }
 

@@ -2,8 +2,6 @@
 
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
-    #[error("redis: {0:#}")]
-    Redis(anyhow::Error),
     #[error("postgres: {0}")]
     Db(#[from] sqlx::Error),
     #[error("order numbers: {0:#}")]
@@ -11,11 +9,11 @@ pub enum PersistError {
 }
 
 impl PersistError {
-    /// Whether trying again later may succeed (the database or Redis is down or
-    /// busy), as opposed to a batch the database refuses as such.
+    /// Whether trying again later may succeed (the database is down or busy), as
+    /// opposed to a batch the database refuses as such.
     pub fn is_transient(&self) -> bool {
         match self {
-            PersistError::Numbers(_) | PersistError::Redis(_) => true,
+            PersistError::Numbers(_) => true,
             PersistError::Db(sqlx::Error::Database(db)) => {
                 // Data exceptions, integrity violations and SQL errors will fail again.
                 let class = db

@@ -5,7 +5,9 @@
 //! the stock Postgres has, and the unique index on a shopper's live order refuses a
 //! second one. Stock is decremented by the orders actually inserted. An order the
 //! guard refuses is stored as `failed` with its reason, counted and logged: it is an
-//! incident (Redis admitted it), never retried.
+//! incident (Redis admitted it), never retried. Nothing here reads Redis: an order
+//! in flight across a repair of its sale was counted by that repair
+//! ([`crate::recovery`]) and is stored like any other.
 //!
 //! The common case ([`unlocked`]) reads the stock, inserts, then locks the vouchers
 //! and takes the units: batches of one sale insert in parallel and wait for each
@@ -14,21 +16,21 @@
 //! again by `INSERT ... ON CONFLICT DO NOTHING`, which answers "already there?"
 //! and "shopper already has one?" itself, and only the rows it skipped are looked
 //! at again. A batch
-//! with orders that crossed a Redis repair, or more orders than a voucher's stock
-//! (a redelivery near the end of a sale, or Redis out of step), goes the
-//! [`locked`] way: vouchers locked first, each order checked against the stock.
+//! with more orders than a voucher's stock (a redelivery near the end of a sale,
+//! or Redis out of step), goes the [`locked`] way: vouchers locked first, each
+//! order checked against the stock.
 mod columns;
 mod ctx;
 mod error;
-mod late;
 mod locked;
+mod refused;
 mod skipped;
 mod steps;
 mod unlocked;
 
 pub use ctx::{Ctx, Outcome};
 pub use error::PersistError;
-pub use late::store_failed;
+pub use refused::store_failed;
 
 use crate::order::OrderMsg;
 use std::collections::HashSet;

@@ -1,6 +1,6 @@
 //! The steps a batch's transaction is made of, shared by both ways of persisting
-//! it ([`super::locked`] and [`super::unlocked`]): the epoch row, the vouchers'
-//! stock (read, or locked), storing the rows, and taking the units.
+//! it ([`super::locked`] and [`super::unlocked`]): the vouchers' stock (read, or
+//! locked), storing the rows, and taking the units.
 use super::columns::Columns;
 use super::ctx::{order_numbers, Ctx, Outcome, Row};
 use super::error::PersistError;
@@ -8,20 +8,6 @@ use super::skipped::{self, Settled};
 use crate::order::OrderMsg;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
-
-/// The namespace's epoch, whether a repair is under way and its scope, with the
-/// epoch row held shared: a repair holds it exclusively while it reads Postgres
-/// and rewrites Redis, so no batch commits in between.
-pub(super) async fn epoch_row(tx: &mut PgConnection, ctx: &Ctx) -> Result<(i64, bool, Option<Vec<i64>>), sqlx::Error> {
-    Ok(sqlx::query_as(
-        "SELECT epoch, repairing, CASE WHEN repair_scope_epoch = epoch THEN repair_scope END
-           FROM redis_epochs WHERE namespace = $1 FOR SHARE",
-    )
-    .bind(ctx.keys.namespace())
-    .fetch_optional(&mut *tx)
-    .await?
-    .unwrap_or((0, false, None)))
-}
 
 /// The stock Postgres has for each of the batch's vouchers, as last committed,
 /// without locking anything.
@@ -133,25 +119,17 @@ pub(super) async fn drop_stored_beyond_stock(
 
 /// Each order with the reason the database refuses it, if it does: within stock, in
 /// admission order; the rest fails (never expected).
-pub(super) fn within_stock(
-    orders: Vec<OrderMsg>,
-    stock: &HashMap<i64, i32>,
-    late_conflicts: &HashSet<i64>,
-) -> Vec<Row> {
+pub(super) fn within_stock(orders: Vec<OrderMsg>, stock: &HashMap<i64, i32>) -> Vec<Row> {
     let mut stock_left = stock.clone();
     orders
         .into_iter()
         .map(|o| {
-            let failure = if late_conflicts.contains(&o.id) {
-                Some(super::late::LATE_CONFLICT)
-            } else {
-                match stock_left.get_mut(&o.voucher_id) {
-                    None => Some("not a flash-sale voucher in Postgres"),
-                    Some(0) => Some("no stock left in Postgres"),
-                    Some(n) => {
-                        *n -= 1;
-                        None
-                    }
+            let failure = match stock_left.get_mut(&o.voucher_id) {
+                None => Some("not a flash-sale voucher in Postgres"),
+                Some(0) => Some("no stock left in Postgres"),
+                Some(n) => {
+                    *n -= 1;
+                    None
                 }
             };
             (o, failure)

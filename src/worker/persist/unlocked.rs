@@ -16,13 +16,12 @@
 //! detected", a passing error the worker retries.
 use super::ctx::{Ctx, Outcome};
 use super::error::PersistError;
-use super::steps::{epoch_row, forget_intents, lock_stock, log_incidents, read_stock, store, take_stock};
+use super::steps::{forget_intents, lock_stock, log_incidents, read_stock, store, take_stock};
 use crate::order::OrderMsg;
 use std::collections::HashMap;
 
-/// Persists `orders` (distinct, in admission order) if every order is of the
-/// current epoch (or of a sale a repair under way rebuilds) and the stock suffices;
-/// `None` (nothing written) otherwise.
+/// Persists `orders` (distinct, in admission order) if the stock suffices; `None`
+/// (nothing written) otherwise.
 pub(super) async fn persist_unlocked(
     ctx: &Ctx,
     orders: &[OrderMsg],
@@ -30,16 +29,13 @@ pub(super) async fn persist_unlocked(
     mut outcome: Outcome,
 ) -> Result<Option<Outcome>, PersistError> {
     let mut tx = ctx.pg.begin().await?;
-    let (epoch, repairing, scope) = epoch_row(&mut tx, ctx).await?;
-    let rebuilt = |v: i64| repairing && scope.as_ref().is_none_or(|s| s.contains(&v));
     let stock = read_stock(&mut tx, orders).await?;
     let mut wanted: HashMap<i64, i32> = HashMap::new();
     for o in orders {
         *wanted.entry(o.voucher_id).or_default() += 1;
     }
-    let late = orders.iter().any(|o| o.epoch < epoch && !rebuilt(o.voucher_id));
     let short = wanted.iter().any(|(v, n)| stock.get(v).is_none_or(|s| s < n));
-    if late || short {
+    if short {
         tx.rollback().await?;
         return Ok(None);
     }

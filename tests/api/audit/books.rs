@@ -191,7 +191,7 @@ async fn a_failed_order_unbalances_the_books_before_and_after_a_repair() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(10).await;
-    let before = current_epoch(&app).await;
+    let before = repairs_of(&app, v).await;
     let mut ids = Vec::new();
     for user in 1..=3 {
         let (status, body) = app.order(v, user).await;
@@ -221,14 +221,17 @@ async fn a_failed_order_unbalances_the_books_before_and_after_a_repair() {
     assert_eq!(a["checks"]["no_failed_orders"], false, "{a:#}");
     assert_eq!(a["balanced"], false, "before a repair: {a:#}");
 
-    // Redis loses its epoch marker: the sale is repaired from Postgres.
+    // Redis loses the sale's stock: the next order finds it and the sale is
+    // repaired from Postgres.
     let mut redis = app.redis().await;
     let _: () = redis::cmd("DEL")
-        .arg(ns.keys().epoch())
+        .arg(ns.keys().stock(v))
         .query_async(&mut redis)
         .await
         .unwrap();
-    epoch_after(&app, before).await;
+    let (status, body) = app.order(v, 99).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    repaired_after(&app, v, before).await;
     let a = audit(&app, v).await;
     assert_eq!(a["redis"]["stock_remaining"], 8, "rebuilt from Postgres: {a:#}");
     assert_eq!(a["checks"]["no_failed_orders"], false, "{a:#}");

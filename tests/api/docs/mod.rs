@@ -33,11 +33,10 @@ const CONTRACT: [(&str, &str); 20] = [
 
 /// Endpoints beyond the contract: for the admin console, and for operators of a
 /// Redis repair.
-const EXTRAS: [(&str, &str); 13] = [
+const EXTRAS: [(&str, &str); 12] = [
     ("get", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}/live"),
     ("get", "/api/v1/admin/redis"),
-    ("post", "/api/v1/admin/redis/abandon"),
     // Fair admission (issue 25).
     ("get", "/api/v1/vouchers/{id}/challenge"),
     ("post", "/api/v1/vouchers/{id}/queue"),

@@ -68,32 +68,35 @@ pub async fn selling_again(app: &TestApp, voucher: i64, probe_user: i64) -> (Sta
     .expect("selling again within 60 s")
 }
 
-/// The Redis epoch the application has verified (waits until it has one).
-pub async fn current_epoch(app: &TestApp) -> i64 {
-    let identity = app.app().state().redis.identity().clone();
-    eventually(Duration::from_secs(60), || {
-        let identity = identity.clone();
-        async move { identity.get().filter(|v| !v.repairing).map(|v| v.epoch) }
-    })
-    .await
-    .expect("Redis verified within 60 s")
+/// How many times `voucher`'s sale was repaired (Postgres's `sale_states`).
+pub async fn repairs_of(app: &TestApp, voucher: i64) -> i32 {
+    sqlx::query_scalar("SELECT repairs FROM sale_states WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_optional(app.pg())
+        .await
+        .unwrap()
+        .unwrap_or(0)
 }
 
-/// Waits until the application has verified a Redis epoch later than `before`
-/// (after a restart or a loss: the repair is done).
-pub async fn epoch_after(app: &TestApp, before: i64) -> i64 {
-    let identity = app.app().state().redis.identity().clone();
+/// Waits until `voucher`'s sale was repaired more than `before` times and is open
+/// again (in Postgres's books and in this application); returns its repairs.
+pub async fn repaired_after(app: &TestApp, voucher: i64, before: i32) -> i32 {
+    let recovery = app.app().state().recovery.clone();
     eventually(Duration::from_secs(60), || {
-        let identity = identity.clone();
+        let recovery = recovery.clone();
         async move {
-            identity
-                .get()
-                .filter(|v| !v.repairing && v.epoch > before)
-                .map(|v| v.epoch)
+            let row: Option<(i32, bool)> =
+                sqlx::query_as("SELECT repairs, closed_since IS NULL FROM sale_states WHERE voucher_id = $1")
+                    .bind(voucher)
+                    .fetch_optional(app.pg())
+                    .await
+                    .ok()?;
+            let (repairs, open) = row?;
+            (repairs > before && open && !recovery.is_closed(voucher)).then_some(repairs)
         }
     })
     .await
-    .expect("a new Redis epoch verified within 60 s")
+    .expect("the sale repaired and open again within 60 s")
 }
 
 /// The sale's audit must say its books balance (polled for a while: a return may be
@@ -132,7 +135,7 @@ pub async fn assert_no_incidents(scenario: &str, bases: &[&str]) {
                 .sum()
         };
         batches += value("seckill_worker_batch_orders_count");
-        for kind in ["id_collision", "number_collision", "late_conflict"] {
+        for kind in ["id_collision", "number_collision", "dead_lettered"] {
             let n = value(&format!("seckill_worker_incidents_total{{kind=\"{kind}\"}}"));
             assert_eq!(n, 0.0, "{scenario}: the worker at {base} met {n} {kind} incident(s)");
         }

@@ -104,6 +104,5 @@ async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
     );
 }
 
-mod fenced_acks;
 mod outages_and_acks;
 mod redelivery;

@@ -115,6 +115,7 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
             redis: state.redis.clone(),
             broker: state.broker.clone(),
             pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
         },
         state.keys.clone(),
         Arc::new(seckill::voucher::cache::VoucherCache::default()),
@@ -140,7 +141,6 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     let mut conn = redis.conn().await.unwrap();
     let stream = format!("{}:{{ack}}:outbox", ns.name);
     // No repair ever closed this shard: any epoch may acknowledge.
-    let fence = format!("{}:{{ack}}:repair", ns.name);
     let group = seckill::keys::RELAY_GROUP;
     let ack = redis::Script::new(include_str!("../../../lua/outbox_ack.lua"));
     let _: () = redis::cmd("XGROUP")
@@ -199,9 +199,7 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // b is done with its two: they go; a's older ones and the unread one stay.
     let dropped: i64 = ack
         .key(&stream)
-        .key(&fence)
         .arg(group)
-        .arg(1)
         .arg(&b)
         .invoke_async(&mut conn)
         .await
@@ -212,9 +210,7 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // a is done too: its two go, the unread fifth stays and is delivered.
     let dropped: i64 = ack
         .key(&stream)
-        .key(&fence)
         .arg(group)
-        .arg(1)
         .arg(&a)
         .invoke_async(&mut conn)
         .await
@@ -226,9 +222,7 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     // Read but not acknowledged: it stays, whatever else is acknowledged.
     let dropped: i64 = ack
         .key(&stream)
-        .key(&fence)
         .arg(group)
-        .arg(1)
         .arg(&a)
         .invoke_async(&mut conn)
         .await
@@ -237,9 +231,7 @@ async fn acknowledging_drops_only_entries_that_every_relay_is_done_with() {
     assert_eq!(len(conn.clone(), stream.clone()).await, 1);
     let dropped: i64 = ack
         .key(&stream)
-        .key(&fence)
         .arg(group)
-        .arg(1)
         .arg(&ids[4..])
         .invoke_async(&mut conn)
         .await

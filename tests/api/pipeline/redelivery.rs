@@ -150,7 +150,7 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(10).await;
-    let epoch = current_epoch(&app).await;
+    let epoch = 0i64;
     let now = chrono::Utc::now().timestamp_millis();
     let batch = OrderBatch {
         orders: (1..=3)
@@ -227,7 +227,7 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
     let worker = builder.spawn().await;
     // For longer than the Redis check period (its Postgres reads fail now), every
     // order is still accepted: a Postgres outage does not stop sales.
-    let until = std::time::Instant::now() + 2 * seckill::epoch::CHECK_EVERY + Duration::from_millis(500);
+    let until = std::time::Instant::now() + 2 * seckill::recovery::desk::REFRESH_EVERY + Duration::from_millis(500);
     let mut u = published_first;
     while std::time::Instant::now() < until || u < 2 * published_first {
         u += 1;

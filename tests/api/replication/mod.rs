@@ -13,3 +13,4 @@ use std::time::Duration;
 
 mod acknowledged;
 mod failover;
+mod masters;

@@ -97,21 +97,21 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
         .await;
     let stock = 40;
     let v = app.sharded_sale(stock, 4).await;
-    current_epoch(&app).await;
     let keys = ns.keys();
     let redis = app.app().state().redis.clone();
-    let (mut conn, epoch) = redis.verified().await.unwrap().expect("verified");
+    let floors = &app.app().state().recovery.floors;
+    let mut conn = redis.conn().await.unwrap();
     // A process registers a move of 5 units from shard 1 to shard 0 (as every
     // mover does before its first step), gives them, then dies.
     seckill::voucher::refill::register(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5)
         .await
         .unwrap();
-    let given = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
+    let (given, given_at) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
         .await
         .unwrap();
     assert_eq!(given, 5);
     // Retried with the same id (a timeout): nothing more leaves the shard.
-    let again = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
+    let (again, _) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
         .await
         .unwrap();
     assert_eq!(again, 5, "the same give, reported again");
@@ -138,11 +138,11 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     assert_eq!(done["balanced"], true, "{done:#}");
     assert_eq!(shard_stocks(&app, v).await, vec![15, 5, 10, 10]);
     // Replays add and give nothing.
-    let retaken = shards::take(&mut conn, &keys, v, 4, 0, "crashed-move", 5, epoch)
+    let retaken = shards::take(&mut conn, &keys, floors, v, 4, 0, "crashed-move", 5, given_at)
         .await
         .unwrap();
     assert_eq!(retaken, 0);
-    let regiven = shards::give(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5, epoch)
+    let (regiven, _) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
         .await
         .unwrap();
     assert_eq!(regiven, 0);
@@ -168,7 +168,7 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     let keys = ns.keys();
     let outboxes: Vec<String> = (0..4).map(|k| keys.outbox_at(v, k, 4)).collect();
     let destroyed = Arc::new(std::sync::Mutex::new(HashSet::new()));
-    let before = current_epoch(&app).await;
+    let before = repairs_of(&app, v).await;
     let tally = crowd(&app.addr, &app.jwt, v, 1..201, || async {
         // Every key of the deployment goes, slot by slot: each shard's keys in one
         // MULTI with a read of its outbox (the orders in it at that instant are lost
@@ -197,8 +197,8 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
                         entries
                             .ids
                             .iter()
-                            .filter_map(|e| seckill::outbox::entry::parse(e, 0))
-                            .flatten()
+                            .filter_map(seckill::outbox::entry::parse)
+                            .flat_map(|e| e.orders)
                             .map(|o| o.id),
                     );
                 }
@@ -232,8 +232,8 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
         acknowledged: tally.acknowledged.difference(&destroyed).copied().collect(),
         ..Default::default()
     };
-    // Every key went, the epoch marker too: a repair under a new epoch rebuilds the sale.
-    epoch_after(&app, before).await;
+    // Every key went: a repair rebuilds the sale.
+    repaired_after(&app, v, before).await;
     selling_again(&app, v, 9_998).await;
     // Every shard is back, and the shoppers admitted before the loss (whose orders
     // survived) are still known: none gets a second unit.

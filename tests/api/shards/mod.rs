@@ -158,17 +158,17 @@ async fn a_unit_back_on_shard_1_sells_to_a_shopper_of_shard_2(event: bool) -> Du
 async fn bounce(
     conn: &mut seckill::redis_conn::Conn,
     keys: &seckill::keys::Keys,
+    floors: &seckill::recovery::Floors,
     v: i64,
     from: u32,
     to: u32,
-    epoch: i64,
 ) -> i64 {
     let transfer = uuid::Uuid::new_v4().to_string();
-    let given = shards::give(conn, keys, v, 4, from, to, &transfer, 1_000, epoch)
+    let (given, at) = shards::give(conn, keys, floors, v, 4, from, to, &transfer, 1_000)
         .await
         .unwrap();
     if given > 0 {
-        shards::take(conn, keys, v, 4, to, &transfer, given, epoch)
+        shards::take(conn, keys, floors, v, 4, to, &transfer, given, at)
             .await
             .unwrap();
         shards::done(conn, keys, v, 4, from, &transfer).await.unwrap();

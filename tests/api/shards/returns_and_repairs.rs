@@ -108,7 +108,7 @@ async fn a_unit_bouncing_between_two_shards_is_never_called_sold_out() {
         .await;
     let keys = ns.keys();
     let redis = app.app().state().redis.clone();
-    let (conn, epoch) = redis.verified().await.unwrap().expect("verified");
+    let conn = redis.conn().await.unwrap();
     let (mut sold_out, mut unavailable) = (0, 0);
     for round in 0..6 {
         let v = app.sharded_sale(2, 4).await;
@@ -118,12 +118,13 @@ async fn a_unit_bouncing_between_two_shards_is_never_called_sold_out() {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let bouncer = tokio::spawn({
             let (mut conn, keys, stop) = (conn.clone(), keys.clone(), stop.clone());
+            let recovery = app.app().state().recovery.clone();
             async move {
                 let mut moves = 0;
                 let mut pairs = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    moves += bounce(&mut conn, &keys, v, 0, 1, epoch).await;
-                    moves += bounce(&mut conn, &keys, v, 1, 0, epoch).await;
+                    moves += bounce(&mut conn, &keys, &recovery.floors, v, 0, 1).await;
+                    moves += bounce(&mut conn, &keys, &recovery.floors, v, 1, 0).await;
                     pairs += 1;
                     // A breath every 50 round trips: the moves still race the
                     // refills, but a loaded machine cannot turn the loop into a wall
@@ -234,7 +235,7 @@ async fn a_sharded_sale_losing_one_shards_stock_is_repaired() {
     assert_eq!(shard_stocks(&app, v).await, vec![2, 2, 2, 2]);
     let first = sell(&app, v, shoppers_of(2, 4, 1)).await;
     assert_eq!(first.accepted.len(), 1);
-    let before = current_epoch(&app).await;
+    let before = repairs_of(&app, v).await;
     let mut redis = app.redis().await;
     let gone: i64 = redis::cmd("DEL")
         .arg(ns.keys().stock_at(v, 2, 4))
@@ -245,7 +246,7 @@ async fn a_sharded_sale_losing_one_shards_stock_is_repaired() {
     let late = shoppers_of(2, 4, 2)[1];
     let (s, b) = app.order(v, late).await;
     assert_eq!((s, code(&b)), (StatusCode::SERVICE_UNAVAILABLE, "unavailable"), "{b}");
-    epoch_after(&app, before).await;
+    repaired_after(&app, v, before).await;
     // The shard sells again, and the rest of the stock goes exactly once.
     let (s, b) = selling_again(&app, v, late).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");

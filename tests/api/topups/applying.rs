@@ -254,7 +254,7 @@ async fn the_same_top_up_applied_twice_adds_its_units_once() {
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(2).await;
     let st = app.app().state();
-    let (pg, redis, keys) = (&st.pg, &st.redis, &st.keys);
+    let (pg, redis, keys, recovery) = (&st.pg, &st.redis, &st.keys, &st.recovery);
 
     let mut tx = pg.begin().await.unwrap();
     let t = topup::record(&mut tx, v, 3).await.unwrap().expect("a flash sale");
@@ -269,7 +269,10 @@ async fn the_same_top_up_applied_twice_adds_its_units_once() {
         0,
         "nothing left"
     );
-    let (a, b) = tokio::join!(topup::apply(pg, redis, keys, t.id), topup::apply(pg, redis, keys, t.id));
+    let (a, b) = tokio::join!(
+        topup::apply(pg, redis, keys, recovery, t.id),
+        topup::apply(pg, redis, keys, recovery, t.id)
+    );
     assert!(a.unwrap() && b.unwrap(), "done before: complete");
     // A crash after the Redis step, before the top-up was marked done.
     sqlx::query("UPDATE stock_topups SET done_at = NULL WHERE id = $1")
@@ -277,7 +280,10 @@ async fn the_same_top_up_applied_twice_adds_its_units_once() {
         .execute(pg)
         .await
         .unwrap();
-    let (a, b) = tokio::join!(topup::apply(pg, redis, keys, t.id), topup::apply(pg, redis, keys, t.id));
+    let (a, b) = tokio::join!(
+        topup::apply(pg, redis, keys, recovery, t.id),
+        topup::apply(pg, redis, keys, recovery, t.id)
+    );
     assert!(a.unwrap() && b.unwrap());
     assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "added once");
 

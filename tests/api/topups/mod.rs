@@ -71,15 +71,16 @@ async fn persisted(pg: &sqlx::PgPool, v: i64, n: i64) -> (i64, i64) {
     if let Some(done) = done {
         return done;
     }
-    let epochs: Vec<(i64, bool, String)> = sqlx::query_as("SELECT epoch, repairing, server FROM redis_epochs")
+    let states: Vec<(i64, i64, i32, bool)> =
+        sqlx::query_as("SELECT voucher_id, gen, repairs, closed_since IS NOT NULL FROM sale_states")
+            .fetch_all(pg)
+            .await
+            .unwrap_or_default();
+    let intents: Vec<(i64, Vec<i64>)> = sqlx::query_as("SELECT id, order_ids FROM relay_intents")
         .fetch_all(pg)
         .await
         .unwrap_or_default();
-    let intents: Vec<(i64, i64, Vec<i64>)> = sqlx::query_as("SELECT id, epoch, order_ids FROM relay_intents")
-        .fetch_all(pg)
-        .await
-        .unwrap_or_default();
-    panic!("{n} orders persisted within 60 s; epochs {epochs:?}; relay intents {intents:?}")
+    panic!("{n} orders persisted within 60 s; sale states {states:?}; relay intents {intents:?}")
 }
 
 mod applying;

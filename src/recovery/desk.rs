@@ -1,0 +1,249 @@
+//! The recovery desk of one process: what it has closed, its floors, the repairs
+//! it was asked for, and the task that refreshes the floors and runs the repairs.
+use super::closed::Closed;
+use super::durability::Durability;
+use super::floors::{Floors, GEN};
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
+use crate::voucher::cache::VoucherCache;
+use anyhow::{Context, Result};
+use sqlx::PgPool;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How often the desk refreshes the floors from Postgres and retries the repairs
+/// it was asked for.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Every how many rounds a process sweeps the relay intents whose orders are stored.
+const SWEEP_EVERY_ROUNDS: u64 = 10;
+/// How long a sale that ended stays in the refresh (and its gauge).
+const ENDED_KEPT: chrono::Duration = chrono::Duration::minutes(5);
+
+pub struct Recovery {
+    pub redis: Redis,
+    /// The background pool.
+    pub pg: PgPool,
+    pub keys: Keys,
+    pub cache: Arc<VoucherCache>,
+    pub metrics: Arc<Metrics>,
+    pub floors: Floors,
+    pub closed: Closed,
+    /// What Redis says of its persistence, read once.
+    pub durability: RwLock<Option<Durability>>,
+    /// Sales whose repair (or check) this process was asked for, and why.
+    requests: Mutex<HashMap<i64, String>>,
+    wake: Notify,
+}
+
+/// One sale's row of `sale_states`.
+#[derive(Clone, Debug, Default, sqlx::FromRow)]
+pub struct SaleState {
+    pub voucher_id: i64,
+    pub gen: i64,
+    pub repairs: i32,
+    pub closed_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Closed time of the repairs finished, in ms.
+    pub closed_ms: i64,
+    /// The closure under way, in ms (0 if open).
+    pub closed_now_ms: i64,
+    pub last_reason: Option<String>,
+}
+
+impl Recovery {
+    pub fn new(redis: Redis, pg: PgPool, keys: Keys, cache: Arc<VoucherCache>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            redis,
+            pg,
+            keys,
+            cache,
+            metrics,
+            floors: Floors::default(),
+            closed: Closed::default(),
+            durability: RwLock::new(None),
+            requests: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+        }
+    }
+
+    pub(super) fn namespace(&self) -> &str {
+        self.keys.namespace()
+    }
+
+    /// A script found a shard of `voucher`'s sale lost (its stock key missing) or
+    /// behind this process's floor (it went back in time): the sale is closed here
+    /// at once (orders answer 503 without Redis), and its repair asked for.
+    pub fn lost(&self, voucher: i64, reason: &str) {
+        if self.closed.close(voucher) {
+            self.metrics.redis_repairing.set(self.closed.list().len() as i64);
+            tracing::warn!(
+                voucher,
+                reason,
+                "a shard of this sale lost state or went back in time: its orders get 503 until it is repaired"
+            );
+        }
+        self.requests
+            .lock()
+            .expect("requests poisoned")
+            .entry(voucher)
+            .or_insert_with(|| reason.to_owned());
+        self.wake.notify_one();
+    }
+
+    /// Whether `voucher`'s sale is closed in this process.
+    pub fn is_closed(&self, voucher: i64) -> bool {
+        self.closed.is_closed(voucher)
+    }
+
+    /// Refreshes the floors, then handles the repairs asked for; then every
+    /// [`REFRESH_EVERY`] or when asked, until `stop`.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut failures = 0u32;
+        for round in 1u64.. {
+            if round.is_multiple_of(SWEEP_EVERY_ROUNDS) {
+                // Intents whose orders are all stored are done with.
+                if let Err(e) = crate::outbox::relay::intent::sweep(&self.pg, self.namespace()).await {
+                    tracing::debug!(error = %format!("{e:#}"), "sweeping relay intents failed");
+                }
+            }
+            if self.durability.read().expect("durability poisoned").is_none() {
+                self.note_durability().await;
+            }
+            match self.round().await {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    if failures <= 3 || failures.is_multiple_of(30) {
+                        tracing::warn!(error = %format!("{e:#}"), "the recovery round failed");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+            }
+        }
+    }
+
+    /// Reads and logs once what Redis says of its persistence (`/health/ready`
+    /// shows it).
+    async fn note_durability(&self) {
+        let Ok(mut conn) = self.redis.conn().await else { return };
+        let d = super::durability(&mut conn).await;
+        if !d.safe {
+            tracing::warn!(aof = %d.aof, replicas = d.replicas, at_risk = %d.at_risk, "Redis durability");
+        } else {
+            tracing::info!(aof = %d.aof, "Redis durability: acknowledged orders survive a Redis crash");
+        }
+        *self.durability.write().expect("durability poisoned") = Some(d);
+    }
+
+    /// One round: the floors from Postgres, then each sale asked for.
+    pub async fn round(&self) -> Result<()> {
+        self.refresh().await?;
+        let asked: Vec<(i64, String)> = self
+            .requests
+            .lock()
+            .expect("requests poisoned")
+            .iter()
+            .map(|(v, r)| (*v, r.clone()))
+            .collect();
+        for (voucher, reason) in asked {
+            if self.handle(voucher, &reason).await? {
+                self.requests.lock().expect("requests poisoned").remove(&voucher);
+            }
+        }
+        Ok(())
+    }
+
+    /// The running sales (and those ended lately): id and shards.
+    fn running(&self) -> Vec<(i64, u32)> {
+        let since = chrono::Utc::now() - ENDED_KEPT;
+        self.cache
+            .flash_sales()
+            .iter()
+            .filter_map(|e| {
+                let f = e.voucher.flash.as_ref()?;
+                (f.end_at > since).then_some((e.voucher.id, f.shards()))
+            })
+            .collect()
+    }
+
+    /// Raises the floors of the running sales' shards to what Postgres recorded (the
+    /// relays' floors, each sale's generation); asks for a check of the sales another
+    /// process closed; keeps the closed-time gauge of the running sales.
+    pub async fn refresh(&self) -> Result<()> {
+        let running = self.running();
+        if running.is_empty() {
+            return Ok(());
+        }
+        let tags: Vec<String> = running
+            .iter()
+            .flat_map(|(v, n)| (0..*n).map(move |k| crate::keys::shard_tag(*v, k, *n).to_string()))
+            .collect();
+        self.floors.refresh(&self.pg, self.namespace(), &tags).await?;
+        let ids: Vec<i64> = running.iter().map(|(v, _)| *v).collect();
+        let states = self.states(&ids).await?;
+        self.metrics.sale_closed_seconds.reset();
+        for (v, n) in &running {
+            let s = states.get(v).cloned().unwrap_or_default();
+            for k in 0..*n {
+                self.floors.raise(&crate::keys::shard_tag(*v, k, *n), s.gen * GEN);
+            }
+            if s.closed_since.is_some() && !self.closed.is_closed(*v) {
+                // Another process found it lost: closed here too until this one
+                // has checked it (its stock keys are gone: orders would fail anyway).
+                self.lost(*v, s.last_reason.as_deref().unwrap_or("closed by another process"));
+            }
+            self.metrics
+                .sale_closed_seconds
+                .with_label_values(&[&v.to_string()])
+                .set((s.closed_ms + s.closed_now_ms) as f64 / 1000.0);
+        }
+        Ok(())
+    }
+
+    /// The `sale_states` rows of `vouchers`.
+    pub async fn states(&self, vouchers: &[i64]) -> Result<HashMap<i64, SaleState>> {
+        let rows: Vec<SaleState> = sqlx::query_as(
+            "SELECT voucher_id, gen, repairs, closed_since, closed_ms,
+                    COALESCE((extract(epoch FROM now() - closed_since) * 1000)::bigint, 0) AS closed_now_ms,
+                    last_reason
+               FROM sale_states WHERE namespace = $1 AND voucher_id = ANY($2)",
+        )
+        .bind(self.namespace())
+        .bind(vouchers)
+        .fetch_all(&self.pg)
+        .await
+        .context("reading the sales' states")?;
+        Ok(rows.into_iter().map(|s| (s.voucher_id, s)).collect())
+    }
+
+    /// Checks or repairs one sale asked for; true when it is open again (here).
+    /// False while another process holds the sale's repair lock (it repairs; this
+    /// one checks after it) or Redis or Postgres does not answer.
+    async fn handle(&self, voucher: i64, reason: &str) -> Result<bool> {
+        match self.check_or_repair(voucher, reason).await {
+            Ok(true) => {
+                if let Some(closed) = self.closed.open(voucher) {
+                    self.metrics.redis_repairing.set(self.closed.list().len() as i64);
+                    tracing::info!(
+                        voucher,
+                        closed_ms = closed.as_millis() as u64,
+                        "sale open again in this process"
+                    );
+                }
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(e) => {
+                tracing::warn!(voucher, error = %format!("{e:#}"), "checking or repairing a sale failed; retrying");
+                Ok(false)
+            }
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! One sale's check, and its repair when the check finds a shard lost or behind:
+//! under the sale's advisory lock in Postgres (taken without waiting: whoever holds
+//! it repairs, the others check after it), and waiting for no worker or relay
+//! (see the module above).
+use super::desk::Recovery;
+use super::floors::GEN;
+use crate::voucher::stock::{self, Event};
+use anyhow::{bail, Context, Result};
+use std::time::Instant;
+
+/// Whether a sale's shards are all as they should be, as one check found them.
+struct Health {
+    /// Shards whose stock key is missing.
+    missing: Vec<u32>,
+    /// Shards whose sequence is below this process's floor or the sale's generation.
+    behind: Vec<u32>,
+}
+
+impl Recovery {
+    /// Under the sale's repair lock: records that the sale is closed, checks every
+    /// shard, repairs the sale if one is lost or behind, and records it open again.
+    /// True when the sale is sound (now or already); false if another process
+    /// holds the lock (it repairs; this one checks after it).
+    pub(super) async fn check_or_repair(&self, voucher: i64, reason: &str) -> Result<bool> {
+        // A connection of its own, never from the pool: if this future is dropped
+        // mid-repair the connection closes and the session lock goes with it.
+        let mut lock = <sqlx::postgres::PgConnection as sqlx::Connection>::connect_with(&self.pg.connect_options())
+            .await
+            .context("a connection for the repair lock")?;
+        let key = format!("seckill-sale-repair:{}:{voucher}", self.namespace());
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
+            .bind(&key)
+            .fetch_one(&mut lock)
+            .await?;
+        if !got {
+            let _ = sqlx::Connection::close(lock).await;
+            return Ok(false);
+        }
+        let result = self.check_or_repair_locked(voucher, reason).await;
+        // Closing the session releases the lock.
+        let _ = sqlx::Connection::close(lock).await;
+        result
+    }
+
+    async fn check_or_repair_locked(&self, voucher: i64, reason: &str) -> Result<bool> {
+        let Some(shards) = self.shards_of(voucher).await? else {
+            // No flash sale (deleted, or never one): nothing to sell, nothing to repair.
+            return Ok(true);
+        };
+        let gen = self.gen(voucher).await?;
+        let health = self.health(voucher, shards, gen).await?;
+        if health.missing.is_empty() && health.behind.is_empty() {
+            self.reopened(voucher, None).await?;
+            return Ok(true);
+        }
+        sqlx::query(
+            "INSERT INTO sale_states (namespace, voucher_id, closed_since, last_reason) VALUES ($1, $2, now(), $3)
+             ON CONFLICT (namespace, voucher_id) DO UPDATE
+               SET closed_since = COALESCE(sale_states.closed_since, now()), last_reason = $3, updated_at = now()",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .bind(reason)
+        .execute(&self.pg)
+        .await
+        .context("recording a closed sale")?;
+        self.repair(voucher, shards, &health).await?;
+        Ok(true)
+    }
+
+    /// The sale's shards, if it is a flash sale.
+    async fn shards_of(&self, voucher: i64) -> Result<Option<u32>> {
+        let n: Option<i32> = sqlx::query_scalar("SELECT stock_shards FROM seckill_vouchers WHERE voucher_id = $1")
+            .bind(voucher)
+            .fetch_optional(&self.pg)
+            .await
+            .context("reading a sale's shards")?;
+        Ok(n.map(|n| n.max(1) as u32))
+    }
+
+    /// The sale's generation in Postgres (0 before its first repair).
+    async fn gen(&self, voucher: i64) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT gen FROM sale_states WHERE namespace = $1 AND voucher_id = $2")
+                .bind(self.namespace())
+                .bind(voucher)
+                .fetch_optional(&self.pg)
+                .await
+                .context("reading a sale's generation")?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Every shard's stock key and sequence, against this process's floors and the
+    /// sale's generation.
+    async fn health(&self, voucher: i64, shards: u32, gen: i64) -> Result<Health> {
+        let mut conn = self.redis.conn().await?;
+        let mut pipe = redis::pipe();
+        for k in 0..shards {
+            pipe.exists(self.keys.stock_at(voucher, k, shards))
+                .get(self.keys.seq_at(voucher, k, shards));
+        }
+        let reply: Vec<(bool, Option<i64>)> = {
+            let flat: Vec<redis::Value> = pipe.query_async(&mut conn).await.context("reading a sale's shards")?;
+            flat.chunks(2)
+                .map(|c| {
+                    (
+                        redis::from_redis_value_ref::<bool>(&c[0]).unwrap_or(false),
+                        redis::from_redis_value_ref::<Option<i64>>(&c[1]).ok().flatten(),
+                    )
+                })
+                .collect()
+        };
+        let mut health = Health {
+            missing: Vec::new(),
+            behind: Vec::new(),
+        };
+        for (k, (exists, seq)) in reply.into_iter().enumerate() {
+            let k = k as u32;
+            let tag = crate::keys::shard_tag(voucher, k, shards);
+            let seq = seq.unwrap_or(0);
+            if !exists {
+                health.missing.push(k);
+            }
+            if seq < self.floors.get(&tag).max(gen * GEN) {
+                health.behind.push(k);
+            }
+        }
+        Ok(health)
+    }
+
+    /// Rebuilds the sale in a new generation (see the module above).
+    async fn repair(&self, voucher: i64, shards: u32, health: &Health) -> Result<()> {
+        let started = Instant::now();
+        let gen: i64 = sqlx::query_scalar(
+            "UPDATE sale_states SET gen = gen + 1, updated_at = now()
+              WHERE namespace = $1 AND voucher_id = $2 RETURNING gen",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .fetch_one(&self.pg)
+        .await
+        .context("taking a sale's next generation")?;
+        tracing::warn!(
+            voucher,
+            gen,
+            missing = ?health.missing,
+            behind = ?health.behind,
+            "repairing a sale from Postgres and its outboxes"
+        );
+        let mut seqs = self.reset(voucher, shards, gen).await?;
+        let books = self.books(voucher, shards).await?;
+        self.rebuild(voucher, shards, gen, &books, &mut seqs).await?;
+        for (k, seq) in seqs.iter().enumerate() {
+            self.floors
+                .raise(&crate::keys::shard_tag(voucher, k as u32, shards), *seq);
+        }
+        let closed_ms = self.reopened(voucher, Some(gen)).await?;
+        self.metrics.redis_repairs.inc();
+        self.metrics.repair_closed_seconds.observe(closed_ms as f64 / 1000.0);
+        // Every instance forgets its sold-out flag.
+        let _ = stock::publish(&self.redis, &self.keys, Event::Stock(voucher)).await;
+        tracing::warn!(
+            voucher,
+            gen,
+            shards,
+            stock_left = books.stock_left(),
+            persisted = books.stored.len(),
+            in_flight = books.in_flight.len(),
+            repair_ms = started.elapsed().as_millis() as u64,
+            closed_ms,
+            "sale repaired; selling again"
+        );
+        Ok(())
+    }
+
+    /// Records the sale open (a repair of generation `gen` finished, or a check
+    /// found it sound): its closure's time added to its total. Returns that time.
+    async fn reopened(&self, voucher: i64, gen: Option<i64>) -> Result<i64> {
+        let closed: Option<i64> = sqlx::query_scalar(
+            "WITH old AS (SELECT closed_since FROM sale_states
+                           WHERE namespace = $1 AND voucher_id = $2 FOR UPDATE)
+             UPDATE sale_states s
+                SET closed_ms = s.closed_ms
+                        + COALESCE((extract(epoch FROM now() - old.closed_since) * 1000)::bigint, 0),
+                    repairs = s.repairs + $3::int, closed_since = NULL, updated_at = now()
+               FROM old
+              WHERE s.namespace = $1 AND s.voucher_id = $2 AND (old.closed_since IS NOT NULL OR $3::int > 0)
+              RETURNING COALESCE((extract(epoch FROM now() - old.closed_since) * 1000)::bigint, 0)",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .bind(i32::from(gen.is_some()))
+        .fetch_optional(&self.pg)
+        .await
+        .context("recording a sale open again")?;
+        Ok(closed.unwrap_or(0))
+    }
+
+    /// Resets every shard to generation `gen`; returns each shard's sequence.
+    async fn reset(&self, voucher: i64, shards: u32, gen: i64) -> Result<Vec<i64>> {
+        let mut conn = self.redis.conn().await?;
+        let mut seqs = Vec::with_capacity(shards as usize);
+        for k in 0..shards {
+            let (ok, seq): (i64, i64) = self
+                .restore_script(voucher, k, shards, gen, "reset", 0)
+                .invoke_async(&mut conn)
+                .await
+                .context("sale_restore.lua reset")?;
+            if ok != 1 {
+                bail!("a newer repair took shard {k} of sale {voucher} (at {seq}); this one ({gen}) stops");
+            }
+            seqs.push(seq);
+        }
+        Ok(seqs)
+    }
+}

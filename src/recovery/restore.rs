@@ -1,0 +1,125 @@
+//! Writing a sale's shards back from its books (`lua/sale_restore.lua`), each step
+//! fenced by the exact sequence the previous one left.
+use super::desk::Recovery;
+use super::snapshot::Books;
+use crate::keys::RELAY_GROUP;
+use anyhow::{bail, Context, Result};
+use redis::{Script, ScriptInvocation};
+use std::sync::LazyLock;
+
+static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sale_restore.lua")));
+
+/// Marks, returned orders or top-ups per `fill` call at most.
+const CHUNK: usize = 2000;
+
+impl Recovery {
+    /// `lua/sale_restore.lua` on one shard: `op` of the repair of generation `gen`,
+    /// expecting the shard at sequence `at` (ignored by `reset`).
+    pub(super) fn restore_script(
+        &self,
+        voucher: i64,
+        shard: u32,
+        shards: u32,
+        gen: i64,
+        op: &str,
+        at: i64,
+    ) -> ScriptInvocation<'static> {
+        let k = &self.keys;
+        let mut inv = RESTORE.key(k.stock_at(voucher, shard, shards));
+        inv.key(k.buyers_at(voucher, shard, shards))
+            .key(k.admitted_at(voucher, shard, shards))
+            .key(k.returned_at(voucher, shard, shards))
+            .key(k.outbox_at(voucher, shard, shards))
+            .key(k.seq_at(voucher, shard, shards))
+            .key(k.given_at(voucher, shard, shards))
+            .key(k.moved_at(voucher, shard, shards))
+            .key(k.taken_at(voucher, shard, shards))
+            .key(k.orders_at(voucher, shard, shards))
+            .key(k.topups_at(voucher, shard, shards))
+            .arg(gen)
+            .arg(op)
+            .arg(at);
+        inv
+    }
+
+    /// Writes every shard of the sale back from `books` and reopens it; `seqs`
+    /// holds each shard's sequence as the reset left it, and as this leaves it.
+    pub(super) async fn rebuild(
+        &self,
+        voucher: i64,
+        shards: u32,
+        gen: i64,
+        books: &Books,
+        seqs: &mut [i64],
+    ) -> Result<()> {
+        let mut conn = self.redis.conn().await?;
+        if books.pg_stock < (books.in_flight.len() + books.unnamed) as i64 {
+            tracing::error!(
+                voucher,
+                pg_stock = books.pg_stock,
+                in_flight = books.in_flight.len() + books.unnamed,
+                "INCIDENT: more orders in flight than Postgres has stock"
+            );
+        }
+        let topups: Vec<String> = books.topups.iter().map(|t| t.to_string()).collect();
+        for (k, shard) in books.shards(voucher, shards).into_iter().enumerate() {
+            let marks: Vec<(&i64, &String)> = shard.marks.iter().collect();
+            // One round at least: each sets the shard's count of admitted orders (a
+            // set, not an increment).
+            let rounds = marks
+                .len()
+                .max(shard.returned.len())
+                .max(topups.len())
+                .div_ceil(CHUNK)
+                .max(1);
+            for r in 0..rounds {
+                let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
+                let mut inv = self.restore_script(voucher, k as u32, shards, gen, "fill", seqs[k]);
+                let m = &marks[part(marks.len())];
+                inv.arg(m.len());
+                for (user, mark) in m {
+                    inv.arg(**user).arg(mark.as_str());
+                }
+                inv.arg(shard.admitted);
+                let ret = &shard.returned[part(shard.returned.len())];
+                inv.arg(ret.len());
+                for id in ret {
+                    inv.arg(id);
+                }
+                let t = &topups[part(topups.len())];
+                inv.arg(t.len());
+                for id in t {
+                    inv.arg(id.as_str());
+                }
+                seqs[k] = step(
+                    inv.invoke_async(&mut conn).await.context("sale_restore.lua fill")?,
+                    voucher,
+                    k,
+                )?;
+            }
+        }
+        for (k, part) in crate::keys::split(books.stock_left(), shards).into_iter().enumerate() {
+            let mut open = self.restore_script(voucher, k as u32, shards, gen, "open", seqs[k]);
+            open.arg(part).arg(RELAY_GROUP);
+            seqs[k] = step(
+                open.invoke_async(&mut conn).await.context("sale_restore.lua open")?,
+                voucher,
+                k,
+            )?;
+        }
+        crate::voucher::stock::register_outbox(&self.redis, &self.keys, voucher, shards).await?;
+        Ok(())
+    }
+}
+
+/// A step's reply: the shard's sequence now, or an error if the shard was not where
+/// the repair left it (a newer repair, or Redis went back during this one).
+fn step(reply: (i64, i64), voucher: i64, shard: usize) -> Result<i64> {
+    match reply {
+        (1, seq) => Ok(seq),
+        (_, seq) => bail!(
+            "shard {shard} of sale {voucher} is not where this repair left it (at {seq}): \
+             a newer repair took it, or it went back; this repair stops"
+        ),
+    }
+}
