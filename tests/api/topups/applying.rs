@@ -15,7 +15,7 @@ use super::*;
 /// The commit is held by a deferred trigger that waits for an advisory lock the
 /// test holds; the process is then killed (its request dies with it) and its
 /// transaction ends without committing, as a crashed client's does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_top_up_whose_process_dies_before_its_commit_leaves_redis_no_unit_postgres_lacks() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -109,7 +109,7 @@ async fn a_top_up_whose_process_dies_before_its_commit_leaves_redis_no_unit_post
 /// a retry would add it twice), and the recovery pass of another instance puts the
 /// units on sale, once: every unit Postgres has is sold, nothing is stored
 /// `failed`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_top_up_committed_while_redis_is_unreachable_is_put_on_sale_once_by_recovery() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -156,7 +156,7 @@ async fn a_top_up_committed_while_redis_is_unreachable_is_put_on_sale_once_by_re
 /// Units added to a running, sold-out sale are on sale at once on the instance
 /// that took the top-up, and on the others as soon as the stock event reaches
 /// them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_top_up_on_a_live_sold_out_sale_is_sellable_at_once() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -194,7 +194,7 @@ async fn a_top_up_on_a_live_sold_out_sale_is_sellable_at_once() {
 /// A valid `add` that the voucher's stock leaves no room for is a conflict with the
 /// voucher's state (409), not a bad request: the body alone is fine (the OpenAPI
 /// document allows any `add` up to 100,000,000, and schemathesis sends such ones).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_top_up_past_the_stock_limit_is_a_conflict_and_changes_nothing() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -216,7 +216,7 @@ async fn a_top_up_past_the_stock_limit_is_a_conflict_and_changes_nothing() {
 /// that fit together pass, and the rest are 409. A total already past `int4`'s
 /// reach for one more (a sale stored before the limit was enforced so) answers
 /// 409 too, never 500.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn concurrent_top_ups_cannot_pass_the_stock_limit_together() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -248,7 +248,7 @@ async fn concurrent_top_ups_cannot_pass_the_stock_limit_together() {
 /// half commits, the process "dies" before the Redis half. The recovery pass
 /// finishes it; applying the same top-up again, concurrently, or after a crash
 /// between the Redis step and marking it done adds its units once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_same_top_up_applied_twice_adds_its_units_once() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;

@@ -7,7 +7,7 @@ use super::*;
 /// for the sale's repair, which rebuilds the stock from Postgres (counting the
 /// top-up) and names the top-up in the shard's set of applied ones: applied again
 /// afterwards it adds nothing, and is marked done.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
@@ -57,7 +57,7 @@ async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
 
 /// A top-up committed after a repair read the sale is not counted by it: it is
 /// added once the sale is open again, once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_top_up_committed_after_a_repair_is_added_once() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
