@@ -142,6 +142,11 @@ impl Relay {
         let mut read = Read::OwnPending;
         let mut last_claim = Instant::now();
         while !stop.is_cancelled() {
+            // A round can end without awaiting anything pending (nothing to read,
+            // the registry and the connection cached): once the task's budget is
+            // spent this yields, so that no such path holds the runtime's thread
+            // (on a single-thread runtime: every task of the process) again.
+            tokio::task::consume_budget().await;
             if last_claim.elapsed() >= self.claim_idle / 2 {
                 last_claim = Instant::now();
                 if self.claim().await? > 0 {
