@@ -16,6 +16,8 @@
 --                               the marks ("order:created_ms"), the count of
 --                               admitted orders (set, not added), the returned
 --                               orders, the top-ups Postgres had committed
+--   requeue voucher, orders:    append an outbox entry of `orders` ("id,user,created_ms,...",
+--                               as reserve.lua writes them) with the shard's sequence
 --   open  stock, group:         set the stock (re-opens the shard), make the group exist
 --
 -- Returns {1, seq} when done (seq: the sequence now, to pass to the next step), or
@@ -61,6 +63,11 @@ if op == 'fill' then
     redis.call('SADD', KEYS[11], ARGV[i + j])
   end
   return {1, redis.call('INCR', KEYS[6])}
+end
+if op == 'requeue' then
+  local next = redis.call('INCR', KEYS[6])
+  redis.call('XADD', KEYS[5], '*', 'v', ARGV[4], 'b', ARGV[5], 's', string.format('%.0f', next))
+  return {1, next}
 end
 if op == 'open' then
   redis.call('SET', KEYS[1], ARGV[4])

@@ -41,9 +41,11 @@ pub struct Metrics {
     /// Per running sale (and only those: the label set stays bounded), how long
     /// repairs have kept it closed in all, the closure under way included.
     pub sale_closed_seconds: prometheus::GaugeVec,
-    /// Incidents the worker met: id_collision (an id another order already had),
-    /// number_collision (an order_no already taken), dead_lettered (an order
-    /// message taken from the dead-letter queue: its delivery limit ran out).
+    /// Incidents met while persisting orders: id_collision (an id another order
+    /// already had), number_collision (an order_no already taken), dead_lettered
+    /// (an order message taken from the dead-letter queue: its delivery limit ran
+    /// out), late_conflict (an order a relay read before a repair that could not
+    /// count it, whose unit or shopper was sold again: stored `failed` by the relay).
     pub worker_incidents: IntCounterVec,
     /// Running flash sales whose books did not balance in two consecutive audits
     /// (see [`crate::voucher::audit`]).

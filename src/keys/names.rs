@@ -68,6 +68,12 @@ impl Keys {
         self.shard(voucher_id, shard, shards, "seq")
     }
 
+    /// Key `what` of the shard whose hash tag is `tag` (`stock`, `buyers`, ...): the
+    /// same names as the `*_at` builders give.
+    pub fn of_tag(&self, tag: &str, what: &str) -> String {
+        format!("{}:{{{}}}:{}", self.ns, tag, what)
+    }
+
     /// The hash tag of the shard a key of this namespace belongs to (`v7` of
     /// `ns:{v7}:outbox`), if it is a shard's key.
     pub fn tag_of<'k>(&self, key: &'k str) -> Option<&'k str> {

@@ -7,6 +7,7 @@ fn a_shard_key_names_its_tag() {
     assert_eq!(k.tag_of(&k.outbox(7)), Some("v7"));
     let tag = shard_tag(7, 3, 4);
     assert_eq!(k.tag_of(&k.seq_at(7, 3, 4)), Some(&*tag));
+    assert_eq!(k.of_tag(&tag, "stock"), k.stock_at(7, 3, 4));
     assert_eq!(k.tag_of("other:{v7}:outbox"), None);
     assert_eq!(k.tag_of(&k.lock("job")), None);
 }

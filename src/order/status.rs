@@ -82,38 +82,38 @@ impl Lookup {
             return Ok(None);
         }
         let mut conn = self.redis.conn().await?;
-        // Whether each candidate shard holds its stock (else it is being rebuilt).
-        let mut pipe = redis::pipe();
-        for (v, k, shards) in &candidates {
-            pipe.exists(self.keys.stock_at(*v, *k, *shards));
-        }
-        let open: Vec<bool> = pipe
-            .query_async(&mut conn)
-            .await
-            .context("looking up a pending order")?;
-        let repairing = open.iter().any(|o| !o);
-        for ((v, _, _), _) in candidates.iter().zip(&open).filter(|(_, o)| !**o) {
-            self.recovery
-                .lost(*v, "a shard's stock is missing in Redis (an order lookup found it)");
-        }
         if let Some(user) = owner {
+            // Each mark, then its shard's stock key, in that order on one connection:
+            // a repair's reset (stock key and marks gone together) that lands between
+            // the two reads shows as a missing stock key, never as a missing mark
+            // alone; and a shard whose stock is there had its marks written back.
             let mut pipe = redis::pipe();
             for (v, k, shards) in &candidates {
-                pipe.hget(self.keys.buyers_at(*v, *k, *shards), user);
+                pipe.hget(self.keys.buyers_at(*v, *k, *shards), user)
+                    .exists(self.keys.stock_at(*v, *k, *shards));
             }
-            let found: Vec<Option<String>> = pipe
+            let found: Vec<(Option<String>, bool)> = pipe
                 .query_async(&mut conn)
                 .await
                 .context("looking up a pending order")?;
-            for ((voucher_id, _, _), mark) in candidates.into_iter().zip(found) {
+            let mut repairing = false;
+            for ((voucher_id, _, _), (mark, open)) in candidates.into_iter().zip(found) {
                 if let Some((id, ms)) = mark.as_deref().and_then(parse_mark) {
                     if id == order_id {
                         return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
                     }
                 }
+                if !open {
+                    repairing = true;
+                    self.recovery.lost(
+                        voucher_id,
+                        "a shard's stock is missing in Redis (an order lookup found it)",
+                    );
+                }
             }
             return if repairing { Err(Repairing.into()) } else { Ok(None) };
         }
+        let mut repairing = false;
         for (voucher_id, k, shards) in candidates {
             let key = self.keys.buyers_at(voucher_id, k, shards);
             let mut cursor = "0".to_owned();
@@ -137,6 +137,19 @@ impl Lookup {
                     break;
                 }
                 cursor = next;
+            }
+            // After the scan: a reset during it shows here.
+            let open: bool = redis::cmd("EXISTS")
+                .arg(self.keys.stock_at(voucher_id, k, shards))
+                .query_async(&mut conn)
+                .await
+                .context("looking up a pending order")?;
+            if !open {
+                repairing = true;
+                self.recovery.lost(
+                    voucher_id,
+                    "a shard's stock is missing in Redis (an order lookup found it)",
+                );
             }
         }
         if repairing {

@@ -2,6 +2,7 @@
 //! loops it and reconnects to RabbitMQ after failures.
 mod claim;
 pub mod intent;
+pub mod late;
 mod outboxes;
 mod slots;
 
@@ -14,6 +15,7 @@ use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel};
+use late::Origin;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +33,9 @@ pub struct Relay {
     pg: sqlx::PgPool,
     /// This process's floors, raised to the sequences the relay reads.
     recovery: Arc<crate::recovery::Recovery>,
+    /// Orders read before a repair of their sale whose entry is gone and whose sale
+    /// is closed: settled again next round (see `late`).
+    held: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
     consumer: String,
     batch: usize,
     linger: Duration,
@@ -104,6 +109,7 @@ impl Relay {
             broker,
             pg,
             recovery,
+            held: Default::default(),
             consumer,
             batch: settings.relay_batch,
             linger: settings.relay_linger,
@@ -198,34 +204,43 @@ impl Relay {
                 self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         };
+        // Orders held from an earlier round (see `late`): settled again below, and
+        // kept until they are published or stored failed.
+        let held: Vec<(OrderMsg, Origin)> = self.held.lock().expect("held poisoned").clone();
         let streams: Vec<String> = self.outboxes().await;
-        if streams.is_empty() {
+        if streams.is_empty() && held.is_empty() {
             keep_pending();
             return Ok(0);
         }
         // Any server, whatever it went through: an outbox entry is an order Redis
         // admitted, to be published; a shard that went back in time is the repair's
-        // business, which counts what this relay publishes meanwhile from its
-        // intents (see crate::recovery).
+        // business, which counts what this relay records an intent for.
         let mut conn = self.redis.conn().await?;
-        let reply = self.read(&mut conn, &streams, read).await?;
-        let Some(reply) = reply else { return Ok(0) };
-        let mut orders = Vec::new();
+        let reply = match streams.is_empty() {
+            true => None,
+            false => self.read(&mut conn, &streams, read).await?,
+        };
+        let mut orders: Vec<(OrderMsg, Origin)> = Vec::new();
         let mut entries = 0;
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
         // The highest sequence read per shard: recorded with the intents, and this
-        // process's floors raised to it.
+        // process's floors raised to it once they are.
         let mut seen: HashMap<String, i64> = HashMap::new();
-        for stream in reply.keys {
+        for stream in reply.map(|r| r.keys).unwrap_or_default() {
+            let tag = self.keys.tag_of(&stream.key).unwrap_or_default().to_owned();
             for entry in stream.ids {
                 match crate::outbox::entry::parse(&entry) {
                     Some(e) => {
                         entries += 1;
-                        if let (Some(seq), Some(tag)) = (e.seq, self.keys.tag_of(&stream.key)) {
-                            let top = seen.entry(tag.to_owned()).or_default();
+                        if let Some(seq) = e.seq {
+                            let top = seen.entry(tag.clone()).or_default();
                             *top = (*top).max(seq);
                         }
-                        orders.extend(e.orders);
+                        let origin = Origin {
+                            tag: tag.clone(),
+                            entry: Some((stream.key.clone(), entry.id.clone())),
+                        };
+                        orders.extend(e.orders.into_iter().map(|o| (o, origin.clone())));
                     }
                     // Only reserve.lua writes here; an entry it did not write is logged
                     // and dropped rather than blocking the outbox forever.
@@ -236,12 +251,28 @@ impl Relay {
                 done.entry(stream.key.clone()).or_default().push(entry.id);
             }
         }
-        if done.is_empty() {
-            return Ok(0);
-        }
         if entries > 0 {
             self.per_entry
                 .store(orders.len().div_ceil(entries), std::sync::atomic::Ordering::Relaxed);
+        }
+        orders.extend(held);
+        if orders.is_empty() {
+            if !done.is_empty() {
+                self.acknowledge(&conn, &done).await?;
+            }
+            return Ok(0);
+        }
+        // Orders read before a repair of their sale (an older generation): see `late`.
+        let vouchers: Vec<i64> = orders.iter().map(|(o, _)| o.voucher_id).collect();
+        let gens = self.generations(&vouchers).await?;
+        let (stale, mut fresh): (Vec<_>, Vec<_>) = orders
+            .into_iter()
+            .partition(|(o, _)| o.epoch < gens.get(&o.voucher_id).copied().unwrap_or(0));
+        let mut held = Vec::new();
+        if !stale.is_empty() {
+            let settled = self.settle_stale(&mut conn, stale, &gens).await?;
+            fresh.extend(settled.publish);
+            held = settled.held;
         }
         // A round may read more than `batch` orders (a read asks each outbox for
         // about `batch` orders' worth of entries, by the last round's orders per
@@ -249,28 +280,50 @@ impl Relay {
         // published, the round's entries stay pending and are published again, the
         // earlier messages' orders too (the worker stores each order once).
         let floors: Vec<(String, i64)> = seen.into_iter().collect();
-        for (tag, seq) in &floors {
-            self.recovery.floors.raise(tag, *seq);
-        }
-        for range in messages(orders.len(), self.batch) {
-            let chunk = &orders[range];
-            // Recorded before the publish (see `intent`), with the shards' floors.
-            let intent = intent::record(&self.pg, self.keys.namespace(), chunk, &floors).await?;
-            if let Err(e) = self.publish(channel, chunk, intent).await {
+        let chunks: Vec<std::ops::Range<usize>> = messages(fresh.len(), self.batch).collect();
+        for (k, range) in chunks.iter().enumerate() {
+            let chunk: Vec<OrderMsg> = fresh[range.clone()].iter().map(|(o, _)| *o).collect();
+            // Recorded before the publish (see `intent`), with the shards' floors,
+            // while every sale is still at the generation its orders are of.
+            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), &chunk, &floors).await? else {
+                // A repair took a sale's next generation meanwhile: the entries stay
+                // pending (read again, settled against it); orders without an entry
+                // are held.
+                held.extend(
+                    chunks[k..]
+                        .iter()
+                        .flat_map(|r| fresh[r.clone()].iter())
+                        .filter(|(_, origin)| origin.entry.is_none())
+                        .cloned(),
+                );
+                *self.held.lock().expect("held poisoned") = Vec::new();
+                self.hold(held);
+                self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!("a repair began: not publishing the rest of what this round read");
+                return Ok(0);
+            };
+            if let Err(e) = self.publish(channel, &chunk, intent).await {
                 self.metrics.relay_confirms.with_label_values(&["error"]).inc();
                 return Err(e);
             }
             self.metrics.relay_confirms.with_label_values(&["ack"]).inc();
             self.metrics.relay_published.inc_by(chunk.len() as u64);
         }
+        for (tag, seq) in &floors {
+            self.recovery.floors.raise(tag, *seq);
+        }
+        *self.held.lock().expect("held poisoned") = Vec::new();
+        self.hold(held);
         let now_ms = chrono::Utc::now().timestamp_millis();
-        for o in &orders {
+        for (o, _) in &fresh {
             self.metrics
                 .relay_lag_seconds
                 .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
         }
-        self.acknowledge(&conn, &done).await?;
-        Ok(orders.len())
+        if !done.is_empty() {
+            self.acknowledge(&conn, &done).await?;
+        }
+        Ok(fresh.len())
     }
 
     async fn publish(&self, channel: &Channel, orders: &[OrderMsg], intent: i64) -> Result<()> {

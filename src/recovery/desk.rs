@@ -36,6 +36,12 @@ pub struct Recovery {
     pub durability: RwLock<Option<Durability>>,
     /// Sales whose repair (or check) this process was asked for, and why.
     requests: Mutex<HashMap<i64, String>>,
+    /// Names this process as a repairer (`sale_states.repairer`).
+    pub(super) me: String,
+    /// Whether the floors were read from Postgres once: until then every sale is
+    /// closed here (a process that starts while Redis has gone back in time must
+    /// not sell from it knowing nothing of what the relays saw).
+    ready: std::sync::atomic::AtomicBool,
     wake: Notify,
 }
 
@@ -65,6 +71,8 @@ impl Recovery {
             closed: Closed::default(),
             durability: RwLock::new(None),
             requests: Mutex::new(HashMap::new()),
+            me: uuid::Uuid::new_v4().simple().to_string(),
+            ready: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
         }
     }
@@ -93,14 +101,20 @@ impl Recovery {
         self.wake.notify_one();
     }
 
-    /// Whether `voucher`'s sale is closed in this process.
+    /// Whether `voucher`'s sale is closed in this process (every sale is until the
+    /// floors were read once).
     pub fn is_closed(&self, voucher: i64) -> bool {
-        self.closed.is_closed(voucher)
+        !self.ready.load(std::sync::atomic::Ordering::Acquire) || self.closed.is_closed(voucher)
     }
 
-    /// Refreshes the floors, then handles the repairs asked for; then every
-    /// [`REFRESH_EVERY`] or when asked, until `stop`.
+    /// Until `stop`: the floors refreshed every [`REFRESH_EVERY`], and, on a task
+    /// of their own (a long repair must not hold the floors back), the repairs asked
+    /// for, at once and then every [`REFRESH_EVERY`] until each is done.
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        tokio::join!(self.clone().refresh_loop(stop.clone()), self.repair_loop(stop));
+    }
+
+    async fn refresh_loop(self: Arc<Self>, stop: CancellationToken) {
         let mut failures = 0u32;
         for round in 1u64.. {
             if round.is_multiple_of(SWEEP_EVERY_ROUNDS) {
@@ -112,15 +126,25 @@ impl Recovery {
             if self.durability.read().expect("durability poisoned").is_none() {
                 self.note_durability().await;
             }
-            match self.round().await {
+            match self.refresh().await {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
                     if failures <= 3 || failures.is_multiple_of(30) {
-                        tracing::warn!(error = %format!("{e:#}"), "the recovery round failed");
+                        tracing::warn!(error = %format!("{e:#}"), "refreshing the shards' floors failed");
                     }
                 }
             }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(REFRESH_EVERY) => {}
+            }
+        }
+    }
+
+    async fn repair_loop(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            self.repairs().await;
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = self.wake.notified() => {}
@@ -145,19 +169,23 @@ impl Recovery {
     /// One round: the floors from Postgres, then each sale asked for.
     pub async fn round(&self) -> Result<()> {
         self.refresh().await?;
-        let asked: Vec<(i64, String)> = self
-            .requests
-            .lock()
-            .expect("requests poisoned")
-            .iter()
-            .map(|(v, r)| (*v, r.clone()))
-            .collect();
+        self.repairs().await;
+        Ok(())
+    }
+
+    /// Each sale asked for, once: taken off the requests before it is handled (a
+    /// report that arrives meanwhile asks again), put back if it is not done.
+    async fn repairs(&self) {
+        let asked: Vec<(i64, String)> = self.requests.lock().expect("requests poisoned").drain().collect();
         for (voucher, reason) in asked {
-            if self.handle(voucher, &reason).await? {
-                self.requests.lock().expect("requests poisoned").remove(&voucher);
+            if !self.handle(voucher, &reason).await {
+                self.requests
+                    .lock()
+                    .expect("requests poisoned")
+                    .entry(voucher)
+                    .or_insert(reason);
             }
         }
-        Ok(())
     }
 
     /// The running sales (and those ended lately): id and shards.
@@ -179,6 +207,7 @@ impl Recovery {
     pub async fn refresh(&self) -> Result<()> {
         let running = self.running();
         if running.is_empty() {
+            self.ready.store(true, std::sync::atomic::Ordering::Release);
             return Ok(());
         }
         let tags: Vec<String> = running
@@ -194,9 +223,11 @@ impl Recovery {
             for k in 0..*n {
                 self.floors.raise(&crate::keys::shard_tag(*v, k, *n), s.gen * GEN);
             }
-            if s.closed_since.is_some() && !self.closed.is_closed(*v) {
-                // Another process found it lost: closed here too until this one
-                // has checked it (its stock keys are gone: orders would fail anyway).
+            let asked = self.requests.lock().expect("requests poisoned").contains_key(v);
+            if (s.closed_since.is_some() || self.closed.is_closed(*v)) && !asked {
+                // Another process found it lost (closed here too until this one has
+                // checked it: its stock keys are gone, orders would fail anyway), or
+                // it is closed here with no check pending: ask for one.
                 self.lost(*v, s.last_reason.as_deref().unwrap_or("closed by another process"));
             }
             self.metrics
@@ -204,6 +235,7 @@ impl Recovery {
                 .with_label_values(&[&v.to_string()])
                 .set((s.closed_ms + s.closed_now_ms) as f64 / 1000.0);
         }
+        self.ready.store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -224,9 +256,9 @@ impl Recovery {
     }
 
     /// Checks or repairs one sale asked for; true when it is open again (here).
-    /// False while another process holds the sale's repair lock (it repairs; this
+    /// False while another process holds the sale's repair lease (it repairs; this
     /// one checks after it) or Redis or Postgres does not answer.
-    async fn handle(&self, voucher: i64, reason: &str) -> Result<bool> {
+    async fn handle(&self, voucher: i64, reason: &str) -> bool {
         match self.check_or_repair(voucher, reason).await {
             Ok(true) => {
                 if let Some(closed) = self.closed.open(voucher) {
@@ -237,12 +269,12 @@ impl Recovery {
                         "sale open again in this process"
                     );
                 }
-                Ok(true)
+                true
             }
-            Ok(false) => Ok(false),
+            Ok(false) => false,
             Err(e) => {
                 tracing::warn!(voucher, error = %format!("{e:#}"), "checking or repairing a sale failed; retrying");
-                Ok(false)
+                false
             }
         }
     }

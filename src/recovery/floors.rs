@@ -56,8 +56,8 @@ impl Floors {
         self.cell(&Arc::from(tag)).fetch_max(seq, Ordering::AcqRel);
     }
 
-    /// Raises the floors from what Postgres recorded for the shards `tags` (the
-    /// relays' floors), and every shard of each sale in `gens` to its generation.
+    /// Raises the floors of the shards `tags` to what Postgres recorded for them (the
+    /// relays' floors, written with their intents: `outbox::relay::intent`).
     pub async fn refresh(&self, pg: &PgPool, namespace: &str, tags: &[String]) -> Result<()> {
         if tags.is_empty() {
             return Ok(());
@@ -74,27 +74,6 @@ impl Floors {
         }
         Ok(())
     }
-}
-
-/// Records the highest sequence of each shard in `seen` as its floor in Postgres
-/// (in the caller's transaction or statement's connection); only raises.
-pub async fn record(db: impl sqlx::PgExecutor<'_>, namespace: &str, seen: &[(String, i64)]) -> Result<()> {
-    if seen.is_empty() {
-        return Ok(());
-    }
-    let (tags, seqs): (Vec<&str>, Vec<i64>) = seen.iter().map(|(t, s)| (t.as_str(), *s)).unzip();
-    sqlx::query(
-        "INSERT INTO shard_floors (namespace, tag, seq)
-         SELECT $1, t, max(s) FROM unnest($2::text[], $3::bigint[]) AS x(t, s) GROUP BY t
-         ON CONFLICT (namespace, tag) DO UPDATE SET seq = GREATEST(shard_floors.seq, EXCLUDED.seq)",
-    )
-    .bind(namespace)
-    .bind(&tags)
-    .bind(&seqs)
-    .execute(db)
-    .await
-    .context("recording the shards' floors")?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
 //! One sale's check, and its repair when the check finds a shard lost or behind:
-//! under the sale's advisory lock in Postgres (taken without waiting: whoever holds
+//! under the sale's repair lease in Postgres (taken without waiting: whoever holds
 //! it repairs, the others check after it), and waiting for no worker or relay
 //! (see the module above).
 use super::desk::Recovery;
 use super::floors::GEN;
 use crate::voucher::stock::{self, Event};
 use anyhow::{bail, Context, Result};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a repair lease lasts unless renewed (each step renews it).
+const LEASE: Duration = Duration::from_secs(5);
 
 /// Whether a sale's shards are all as they should be, as one check found them.
 struct Health {
@@ -17,29 +20,80 @@ struct Health {
 }
 
 impl Recovery {
-    /// Under the sale's repair lock: records that the sale is closed, checks every
+    /// Under the sale's repair lease: records that the sale is closed, checks every
     /// shard, repairs the sale if one is lost or behind, and records it open again.
-    /// True when the sale is sound (now or already); false if another process
-    /// holds the lock (it repairs; this one checks after it).
+    /// True when the sale is sound (now or already); false if another process holds
+    /// the lease (it repairs; this one checks after it).
+    ///
+    /// The lease is a row of Postgres's (`sale_states.repairer`, `repair_until`),
+    /// taken without waiting and renewed at each step: a repairer that is frozen or
+    /// cut off loses it once it runs out, and another takes the sale over. Every
+    /// step of a repair is fenced in Redis (the generation, the exact sequence), so
+    /// one that lost its lease writes nothing; and a lease is no session lock that
+    /// a frozen process would hold for as long as its connection lives.
     pub(super) async fn check_or_repair(&self, voucher: i64, reason: &str) -> Result<bool> {
-        // A connection of its own, never from the pool: if this future is dropped
-        // mid-repair the connection closes and the session lock goes with it.
-        let mut lock = <sqlx::postgres::PgConnection as sqlx::Connection>::connect_with(&self.pg.connect_options())
-            .await
-            .context("a connection for the repair lock")?;
-        let key = format!("seckill-sale-repair:{}:{voucher}", self.namespace());
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtextextended($1, 0))")
-            .bind(&key)
-            .fetch_one(&mut lock)
-            .await?;
-        if !got {
-            let _ = sqlx::Connection::close(lock).await;
+        if !self.take_lease(voucher).await? {
             return Ok(false);
         }
         let result = self.check_or_repair_locked(voucher, reason).await;
-        // Closing the session releases the lock.
-        let _ = sqlx::Connection::close(lock).await;
+        self.drop_lease(voucher).await;
         result
+    }
+
+    /// Takes the sale's repair lease if nobody holds it (or its holder's ran out).
+    async fn take_lease(&self, voucher: i64) -> Result<bool> {
+        sqlx::query("INSERT INTO sale_states (namespace, voucher_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(self.namespace())
+            .bind(voucher)
+            .execute(&self.pg)
+            .await
+            .context("making a sale's state")?;
+        let got = sqlx::query(
+            "UPDATE sale_states SET repairer = $3, repair_until = clock_timestamp() + make_interval(secs => $4)
+              WHERE namespace = $1 AND voucher_id = $2
+                AND (repairer IS NULL OR repairer = $3 OR repair_until < clock_timestamp())",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .bind(&self.me)
+        .bind(LEASE.as_secs_f64())
+        .execute(&self.pg)
+        .await
+        .context("taking a sale's repair lease")?
+        .rows_affected();
+        Ok(got == 1)
+    }
+
+    /// Renews the lease; an error if this process no longer holds it.
+    pub(super) async fn renew_lease(&self, voucher: i64) -> Result<()> {
+        let held = sqlx::query(
+            "UPDATE sale_states SET repair_until = clock_timestamp() + make_interval(secs => $4)
+              WHERE namespace = $1 AND voucher_id = $2 AND repairer = $3",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .bind(&self.me)
+        .bind(LEASE.as_secs_f64())
+        .execute(&self.pg)
+        .await
+        .context("renewing a sale's repair lease")?
+        .rows_affected();
+        if held != 1 {
+            bail!("the repair lease of sale {voucher} ran out and was taken over; this repair stops");
+        }
+        Ok(())
+    }
+
+    async fn drop_lease(&self, voucher: i64) {
+        let _ = sqlx::query(
+            "UPDATE sale_states SET repairer = NULL, repair_until = NULL
+              WHERE namespace = $1 AND voucher_id = $2 AND repairer = $3",
+        )
+        .bind(self.namespace())
+        .bind(voucher)
+        .bind(&self.me)
+        .execute(&self.pg)
+        .await;
     }
 
     async fn check_or_repair_locked(&self, voucher: i64, reason: &str) -> Result<bool> {
@@ -149,8 +203,11 @@ impl Recovery {
             "repairing a sale from Postgres and its outboxes"
         );
         let mut seqs = self.reset(voucher, shards, gen).await?;
+        self.renew_lease(voucher).await?;
         let books = self.books(voucher, shards).await?;
+        self.renew_lease(voucher).await?;
         self.rebuild(voucher, shards, gen, &books, &mut seqs).await?;
+        self.renew_lease(voucher).await?;
         for (k, seq) in seqs.iter().enumerate() {
             self.floors
                 .raise(&crate::keys::shard_tag(voucher, k as u32, shards), *seq);

@@ -11,6 +11,8 @@ static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("..
 
 /// Marks, returned orders or top-ups per `fill` call at most.
 const CHUNK: usize = 2000;
+/// Orders per outbox entry a repair writes back.
+const REQUEUE_PER_ENTRY: usize = 1000;
 
 impl Recovery {
     /// `lua/sale_restore.lua` on one shard: `op` of the repair of generation `gen`,
@@ -63,6 +65,8 @@ impl Recovery {
         }
         let topups: Vec<String> = books.topups.iter().map(|t| t.to_string()).collect();
         for (k, shard) in books.shards(voucher, shards).into_iter().enumerate() {
+            // A big sale takes a while: the lease is renewed shard by shard.
+            self.renew_lease(voucher).await?;
             let marks: Vec<(&i64, &String)> = shard.marks.iter().collect();
             // One round at least: each sets the shard's count of admitted orders (a
             // set, not an increment).
@@ -97,6 +101,30 @@ impl Recovery {
                     k,
                 )?;
             }
+        }
+        // Orders found in an intent only, back into their shard's outbox.
+        let mut requeue: Vec<Vec<String>> = vec![Vec::new(); shards as usize];
+        for o in &books.requeue {
+            let k = crate::keys::shard_of(o.user_id, shards) as usize;
+            requeue[k].push(format!("{},{},{}", o.id, o.user_id, o.created_ms));
+        }
+        for (k, orders) in requeue.iter().enumerate() {
+            for part in orders.chunks(REQUEUE_PER_ENTRY) {
+                let mut inv = self.restore_script(voucher, k as u32, shards, gen, "requeue", seqs[k]);
+                inv.arg(voucher).arg(part.join(","));
+                seqs[k] = step(
+                    inv.invoke_async(&mut conn).await.context("sale_restore.lua requeue")?,
+                    voucher,
+                    k,
+                )?;
+            }
+        }
+        if !books.requeue.is_empty() {
+            tracing::warn!(
+                voucher,
+                orders = books.requeue.len(),
+                "orders in a relay's intent only, written back into their outboxes to be published again"
+            );
         }
         for (k, part) in crate::keys::split(books.stock_left(), shards).into_iter().enumerate() {
             let mut open = self.restore_script(voucher, k as u32, shards, gen, "open", seqs[k]);

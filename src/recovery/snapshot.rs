@@ -33,6 +33,11 @@ pub struct Books {
     /// Orders admitted and not in Postgres (in an outbox or a relay's intent), each
     /// once, in the order they were found.
     pub in_flight: Vec<Known>,
+    /// Those of them found in an intent only (their outbox entry is gone): written
+    /// back into their outbox by the repair, so that they are published again
+    /// (their first publish may never have reached the broker, or the broker may
+    /// have lost it; a second publish of one that did is stored once).
+    pub requeue: Vec<Known>,
     /// Every top-up of the sale Postgres had committed.
     pub topups: Vec<i64>,
     /// In-flight orders whose shopper an intent of an older version did not name:
@@ -54,14 +59,16 @@ impl Recovery {
     /// after every shard was reset (nothing can be admitted meanwhile).
     pub(super) async fn books(&self, voucher: i64, shards: u32) -> Result<Books> {
         let mut conn = self.redis.conn().await?;
-        let mut found: Vec<Known> = Vec::new();
+        // Each order found, and whether in an outbox.
+        let mut found: Vec<(Known, bool)> = Vec::new();
         for k in 0..shards {
             for o in read_outbox(&mut conn, &self.keys.outbox_at(voucher, k, shards)).await? {
-                found.push(Known {
+                let known = Known {
                     id: o.id,
                     user_id: o.user_id,
                     created_ms: o.created_ms,
-                });
+                };
+                found.push((known, true));
             }
         }
         let relayed: Vec<(i64, Option<i64>, Option<i64>)> = sqlx::query_as(
@@ -79,11 +86,14 @@ impl Recovery {
         let mut unnamed_ids: HashSet<i64> = HashSet::new();
         for (id, user, ms) in relayed {
             match (user, ms) {
-                (Some(user_id), Some(created_ms)) => found.push(Known {
-                    id,
-                    user_id,
-                    created_ms,
-                }),
+                (Some(user_id), Some(created_ms)) => found.push((
+                    Known {
+                        id,
+                        user_id,
+                        created_ms,
+                    },
+                    false,
+                )),
                 _ => {
                     unnamed_ids.insert(id);
                 }
@@ -127,9 +137,13 @@ impl Recovery {
             .flatten()
             .collect();
         let mut in_flight = Vec::new();
-        for o in found {
+        let mut requeue = Vec::new();
+        for (o, in_outbox) in found {
             if known.insert((o.id, o.user_id)) {
                 in_flight.push(o);
+                if !in_outbox {
+                    requeue.push(o);
+                }
             }
         }
         let unnamed = unnamed_ids.iter().filter(|id| !stored_ids.contains(id)).count();
@@ -144,6 +158,7 @@ impl Recovery {
             pg_stock: pg_stock as i64,
             stored,
             in_flight,
+            requeue,
             topups,
             unnamed,
         })

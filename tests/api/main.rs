@@ -28,6 +28,7 @@ mod limits;
 mod locks;
 mod memory_alarm;
 mod mixed_faults;
+mod nemesis;
 mod order_indexes;
 mod orders;
 mod pause;

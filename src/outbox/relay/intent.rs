@@ -8,7 +8,8 @@
 //! confirmed (after its intent was recorded), and in its intent until the
 //! transaction that stores it deletes the intent. A repair reads the outboxes, then
 //! the intents, then Postgres, and so counts every order admitted and not lost
-//! without waiting for any worker ([`crate::recovery`]). The floors make every
+//! without waiting for any worker ([`crate::recovery`]). An intent is recorded only
+//! while its sales are at the generation its orders were read in (see [`record`]). The floors make every
 //! order published a write that every process knows of: a shard that went back to
 //! before it is refused by the next call of any process once its floors are
 //! refreshed. An intent whose publish never happened (the relay died, the broker
@@ -21,22 +22,48 @@ use crate::order::OrderMsg;
 
 /// Records `orders` as about to be published, and `floors` (shard tag, highest
 /// sequence read) as the shards' floors; returns the intent's id (the message
-/// carries it).
-pub async fn record(pg: &PgPool, namespace: &str, orders: &[OrderMsg], floors: &[(String, i64)]) -> Result<i64> {
+/// carries it). `None` when a sale of the batch is no longer at the generation its
+/// orders are of ([`OrderMsg::epoch`]): a repair took the next one since they were
+/// read, and may not have counted them (the relay settles them again, see
+/// [`super::late`]).
+///
+/// The statement holds the sales' `sale_states` rows shared while it checks their
+/// generations and inserts; a repair takes the next generation by updating the row,
+/// so it waits for the statement (one statement: milliseconds, whatever the relay
+/// process does meanwhile) and reads the intents after it: an intent recorded is
+/// one the next repair counts.
+pub async fn record(
+    pg: &PgPool,
+    namespace: &str,
+    orders: &[OrderMsg],
+    floors: &[(String, i64)],
+) -> Result<Option<i64>> {
     let vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
     let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
     let times: Vec<i64> = orders.iter().map(|o| o.created_ms).collect();
-    let (tags, seqs): (Vec<&str>, Vec<i64>) = floors.iter().map(|(t, s)| (t.as_str(), *s)).unzip();
+    let gens: Vec<i64> = orders.iter().map(|o| o.epoch).collect();
+    let mut floors: Vec<(&str, i64)> = floors.iter().map(|(t, s)| (t.as_str(), *s)).collect();
+    // In one order, so that two relays never wait for each other's rows in a cycle.
+    floors.sort_unstable();
+    let (tags, seqs): (Vec<&str>, Vec<i64>) = floors.into_iter().unzip();
     // One statement, one round trip, one commit.
     sqlx::query_scalar(
-        "WITH floors AS (
+        "WITH held AS (
+             SELECT voucher_id, gen FROM sale_states
+              WHERE namespace = $1 AND voucher_id = ANY($2::bigint[])
+              ORDER BY voucher_id FOR SHARE
+         ), moved AS (
+             SELECT 1 FROM unnest($2::bigint[], $6::bigint[]) AS x(v, g) JOIN held h ON h.voucher_id = x.v
+              WHERE h.gen <> x.g LIMIT 1
+         ), floors AS (
              INSERT INTO shard_floors (namespace, tag, seq)
-             SELECT $1, t, max(s) FROM unnest($6::text[], $7::bigint[]) AS x(t, s) GROUP BY t
+             SELECT $1, t, max(s) FROM unnest($7::text[], $8::bigint[]) AS x(t, s)
+              WHERE NOT EXISTS (SELECT 1 FROM moved) GROUP BY t ORDER BY t
              ON CONFLICT (namespace, tag) DO UPDATE SET seq = GREATEST(shard_floors.seq, EXCLUDED.seq)
          )
          INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms)
-         VALUES ($1, 0, $2, $3, $4, $5)
+         SELECT $1, 0, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM moved)
          RETURNING id",
     )
     .bind(namespace)
@@ -44,9 +71,10 @@ pub async fn record(pg: &PgPool, namespace: &str, orders: &[OrderMsg], floors: &
     .bind(&ids)
     .bind(&users)
     .bind(&times)
+    .bind(&gens)
     .bind(&tags)
     .bind(&seqs)
-    .fetch_one(pg)
+    .fetch_optional(pg)
     .await
     .context("recording a relay intent")
 }

@@ -1,0 +1,226 @@
+//! pipeline: `an_intent_is_refused_once_a_repair_took_the_next_generation`,
+//! `orders_a_relay_reads_after_a_repair_counted_them_are_published_once`,
+//! `a_late_admission_counts_an_order_once_or_refuses_it`,
+//! `an_order_only_in_an_intent_is_published_again_by_the_repair`.
+//!
+//! A repair counts the orders in the outboxes and in the relays' intents when it
+//! reads them. A relay that read orders before a repair records their intent only
+//! while their sale is still at the generation they were read in; otherwise it
+//! settles each itself (`src/outbox/relay/late.rs`).
+use super::*;
+
+/// A relay of the test's own on `app`'s connections.
+fn relay(app: &TestApp, name: &str) -> seckill::outbox::Relay {
+    let state = app.app().state();
+    seckill::outbox::Relay::new(
+        seckill::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
+        },
+        state.keys.clone(),
+        state.cache.clone(),
+        name.into(),
+        &state.settings,
+        state.metrics.clone(),
+    )
+}
+
+/// The intent statement refuses orders of a generation older than their sale's,
+/// and records those of its generation.
+#[tokio::test]
+async fn an_intent_is_refused_once_a_repair_took_the_next_generation() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    sqlx::query("INSERT INTO sale_states (namespace, voucher_id, gen) VALUES ($1, $2, 3)")
+        .bind(&ns.name)
+        .bind(v)
+        .execute(app.pg())
+        .await
+        .unwrap();
+    let order = |epoch: i64| OrderMsg {
+        id: 100 + epoch,
+        user_id: 7,
+        voucher_id: v,
+        created_ms: 1,
+        epoch,
+    };
+    let intent = seckill::outbox::relay::intent::record;
+    let floors = [("v1".to_owned(), 3i64 << 32)];
+    let refused = intent(app.pg(), &ns.name, &[order(2)], &floors).await.unwrap();
+    assert_eq!(refused, None, "read before the repair of generation 3");
+    let (intents, floor): (i64, Option<i64>) =
+        sqlx::query_as("SELECT (SELECT count(*) FROM relay_intents), (SELECT seq FROM shard_floors WHERE tag = 'v1')")
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert_eq!((intents, floor), (0, None), "nothing recorded, floors included");
+    let recorded = intent(app.pg(), &ns.name, &[order(3)], &floors).await.unwrap();
+    assert!(recorded.is_some(), "of the sale's generation");
+}
+
+/// Orders admitted, then their sale repaired before any relay read them (their
+/// entries still in the outbox: the repair counted them). A relay reads them as of
+/// the older generation: their entries are still there, so it publishes them as of
+/// the new one, and each is stored once; the sale's books balance (their units
+/// counted once, by the repair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_a_relay_reads_after_a_repair_counted_them_are_published_once() {
+    let ns = Namespace::new().await;
+    // No relay and no worker here: the outbox keeps what is admitted.
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    for u in 1..=3 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    // A shard found without its stock: the sale is repaired (generation 1).
+    let mut conn = app.redis().await;
+    let _: () = redis::cmd("DEL")
+        .arg(ns.keys().stock(v))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(app.order(v, 4).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    repaired_after(&app, v, 0).await;
+    let r = relay(&app, "relay-after-a-repair");
+    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let published = r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    assert_eq!(published, 3, "the three orders, published as of the new generation");
+    c.close(200, "done".into()).await.unwrap();
+    let worker = TestApp::builder(&ns).mode(Mode::Worker).spawn().await;
+    wait_stored(&app, v, 3, Duration::from_secs(30), "the orders read after the repair").await;
+    for u in 1..=3 {
+        let (_, body) = app.order(v, u).await;
+        assert_eq!(body["error"]["code"], "already_ordered", "shopper {u}");
+    }
+    let answers = wave(&app, v, 10..30).await;
+    assert_eq!(accepted(&answers).len(), 7, "exactly the rest of the stock");
+    // The relay of this test only: run rounds until the rest is out.
+    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let mut sent = 0;
+    for _ in 0..20 {
+        sent += r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+        if sent >= 7 {
+            break;
+        }
+    }
+    c.close(200, "done".into()).await.unwrap();
+    wait_stored(&app, v, 10, Duration::from_secs(30), "the whole stock").await;
+    assert_balanced(&app, v).await;
+    worker.shutdown().await;
+}
+
+fn late_admit() -> redis::Script {
+    redis::Script::new(include_str!("../../../lua/late_admit.lua"))
+}
+
+/// `late_admit.lua` on shard 0 of `v`: (user, order id); its answer.
+async fn admit_late(
+    conn: &mut seckill::redis_conn::Conn,
+    keys: &seckill::keys::Keys,
+    v: i64,
+    user: i64,
+    id: i64,
+) -> i64 {
+    let (code, _): (i64, i64) = late_admit()
+        .key(keys.stock(v))
+        .key(keys.buyers(v))
+        .key(keys.admitted(v))
+        .key(keys.seq_at(v, 0, 1))
+        .arg(user)
+        .arg(id)
+        .arg(1_700_000_000_000i64)
+        .arg(0)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    code
+}
+
+/// A late admission counts an order once: sent twice, the second finds the
+/// shopper's mark naming it and takes nothing. A shopper whose mark names another
+/// order, or a sale with no unit left, is refused; a sale not loaded says so.
+#[tokio::test]
+async fn a_late_admission_counts_an_order_once_or_refuses_it() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(2).await;
+    let keys = ns.keys();
+    let mut conn = app.redis().await;
+    let stock = |conn: &mut seckill::redis_conn::Conn| {
+        let mut conn = conn.clone();
+        let key = keys.stock(v);
+        async move {
+            let s: i64 = redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap();
+            s
+        }
+    };
+    assert_eq!(admit_late(&mut conn, &keys, v, 1, 501).await, 1);
+    assert_eq!(stock(&mut conn).await, 1);
+    assert_eq!(admit_late(&mut conn, &keys, v, 1, 501).await, 1, "already counted");
+    assert_eq!(stock(&mut conn).await, 1, "once");
+    assert_eq!(
+        admit_late(&mut conn, &keys, v, 1, 502).await,
+        0,
+        "the shopper holds another"
+    );
+    assert_eq!(admit_late(&mut conn, &keys, v, 2, 601).await, 1);
+    assert_eq!(admit_late(&mut conn, &keys, v, 3, 701).await, 0, "no unit left");
+    let _: () = redis::cmd("DEL")
+        .arg(keys.stock(v))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(admit_late(&mut conn, &keys, v, 4, 801).await, -1, "not loaded");
+}
+
+/// An order in a relay's intent and nowhere else (its outbox entry gone with Redis
+/// going back in time, its message never confirmed or lost by the broker: here a
+/// hand-made intent): the repair counts it and writes it back into its outbox, the
+/// relay publishes it again, and it is stored, its shopper's unit taken once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_only_in_an_intent_is_published_again_by_the_repair() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let id = 9_001i64;
+    sqlx::query(
+        "INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms)
+         VALUES ($1, 0, $2, $3, $4, $5)",
+    )
+    .bind(&ns.name)
+    .bind(vec![v])
+    .bind(vec![id])
+    .bind(vec![77i64])
+    .bind(vec![chrono::Utc::now().timestamp_millis()])
+    .execute(app.pg())
+    .await
+    .unwrap();
+    let mut conn = app.redis().await;
+    let _: () = redis::cmd("DEL")
+        .arg(ns.keys().stock(v))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(app.order(v, 1).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    repaired_after(&app, v, 0).await;
+    let (_, body) = app.order(v, 77).await;
+    assert_eq!(body["error"]["code"], "already_ordered", "{body}");
+    assert_eq!(body["error"]["order_id"], id.to_string(), "{body}");
+    wait_stored(&app, v, 1, Duration::from_secs(30), "the order of the intent").await;
+    let (stored_id, user, status): (i64, i64, String) =
+        sqlx::query_as("SELECT id, user_id, status FROM voucher_orders WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert_eq!((stored_id, user, status.as_str()), (id, 77, "created"));
+    let answers = wave(&app, v, 100..120).await;
+    assert_eq!(accepted(&answers).len(), 9, "the rest of the stock, once");
+    wait_stored(&app, v, 10, Duration::from_secs(30), "the whole stock").await;
+    assert_balanced(&app, v).await;
+}
