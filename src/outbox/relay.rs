@@ -15,7 +15,6 @@ use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
 use lapin::options::ConfirmSelectOptions;
 use lapin::{BasicProperties, Channel};
-use late::Origin;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +59,16 @@ pub struct Relay {
 
 /// One outbox stream's key (a voucher's, or one of its shards').
 type Outbox = String;
+
+/// One order read in a round, with where it came from (see `late`).
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The shard's hash tag.
+    pub tag: String,
+    /// Its outbox entry (stream key, entry id); `None` for an order held from an
+    /// earlier round (its entry is gone).
+    pub entry: Option<(String, String)>,
+}
 
 /// How often the relay re-reads the registry of outboxes.
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);

@@ -46,8 +46,9 @@
 //!
 //! A shard found lost or behind closes its sale in this process ([`closed`]) and
 //! asks for a repair of that sale ([`desk::Recovery::lost`]). One process at a time
-//! repairs a sale (a Postgres advisory lock per sale, taken without waiting); every
-//! process that closed it checks the sale itself before reopening it. A repair
+//! repairs a sale (a lease per sale in Postgres, taken without waiting, renewed at
+//! each step); every process that closed it checks the sale itself before
+//! reopening it. A repair
 //! ([`repair`]) closes only that sale's shards, waits for nobody, and rebuilds them
 //! from facts Postgres and the outboxes hold:
 //!
@@ -66,12 +67,15 @@
 //! 3. writes each shard back: the shoppers' marks and the count of admitted
 //!    orders (Postgres's and those in flight), the returned orders, the top-ups
 //!    Postgres counts, and the stock: Postgres's stock less the orders in flight,
-//!    split over the shards; each step fenced by the exact sequence the previous
-//!    one left;
+//!    split over the shards; orders found in an intent only back into their
+//!    outbox, to be published again; each step fenced by the exact sequence the
+//!    previous one left;
 //! 4. reopens the sale and records how long it was closed (`sale_states`).
 //!
 //! An order in flight across the repair was counted by it: the worker stores it
-//! like any other. A stock return or a top-up Postgres committed before the
+//! like any other. An order a relay read before the repair and had not recorded
+//! yet is refused at its intent (the sale's generation moved) and settled by the
+//! relay (`crate::outbox::relay::late`). A stock return or a top-up Postgres committed before the
 //! snapshot is counted too (the rebuilt `returned` and `topups` sets name it), so
 //! applying it later adds nothing; one committed after is applied after the sale
 //! reopens.

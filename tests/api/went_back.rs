@@ -138,8 +138,10 @@ async fn a_reload_seconds_after_a_save_resells_nothing_relayed_or_persisted() {
 }
 
 /// Redis killed and restarted with all of its data (AOF, fsync always) under a
-/// steady stream of shoppers: nothing was lost, so nothing is repaired, and from
-/// the first answer after the restart on, no order gets 503.
+/// steady stream of shoppers: nothing was lost, so nothing is repaired, and of the
+/// orders sent once Redis answers again, none gets 503 but the first on each
+/// connection that met the dead server (before, every order got 503 for about a
+/// second while the new server was repaired).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
     let ns = Namespace::new().await;
@@ -147,6 +149,7 @@ async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
     let app = TestApp::builder(&ns)
         .env("REDIS_URL", redis.url())
         .env("SECKILL_REDIS_CLUSTER", "false")
+        .env("SECKILL_HTTP_WORKERS", "2")
         .spawn()
         .await;
     let stock = 5_000i64;
@@ -162,12 +165,13 @@ async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 user += 1;
                 let token = jwt.mint(user, seckill::http::auth::Role::Shopper, 600);
+                let sent = Instant::now();
                 let r = client
                     .post(format!("{addr}/api/v1/vouchers/{v}/orders"))
                     .bearer_auth(token)
                     .send()
                     .await;
-                answers.push((Instant::now(), r.map_or(0, |r| r.status().as_u16())));
+                answers.push((sent, r.map_or(0, |r| r.status().as_u16())));
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             answers
@@ -179,20 +183,21 @@ async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let answers = shoppers.await.unwrap();
-    // From the first 202 after Redis answered again: nothing but 202.
+    // The orders sent after Redis answered again: 202, but for the first on each
+    // connection the application had to the dead server (an HTTP worker's, the
+    // shared one: this instance has 2 HTTP workers on this machine).
     let after: Vec<u16> = answers
         .iter()
-        .filter(|(at, _)| *at > answering)
+        .filter(|(sent, _)| *sent > answering)
         .map(|(_, s)| *s)
-        .skip_while(|s| *s != 202)
         .collect();
     let refused: Vec<&u16> = after.iter().filter(|s| **s != 202).collect();
     println!(
-        "restart with all data under a crowd: {} answers after Redis answered, refused {refused:?}",
+        "restart with all data under a crowd: {} orders sent after Redis answered, refused {refused:?}",
         after.len()
     );
     assert!(after.len() > 50, "the crowd went on: {}", after.len());
-    assert!(refused.is_empty(), "after Redis answered again: {refused:?}");
+    assert!(refused.len() <= 3, "after Redis answered again: {refused:?}");
     assert_eq!(repairs_of(&app, v).await, 0, "nothing to repair");
     let sold = answers.iter().filter(|(_, s)| *s == 202).count() as i64;
     // Every acknowledged order stored (and those whose 202 was lost with the

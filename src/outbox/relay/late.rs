@@ -16,7 +16,7 @@
 //!   entry is gone): a relay that dies holding it loses it, which is the write
 //!   seen by one process and lost before anyone else saw it that no detector can
 //!   bring back (README, Durability).
-use super::Relay;
+use super::{Origin, Relay};
 use crate::keys::Keys;
 use crate::order::OrderMsg;
 use crate::redis_conn::Conn;
@@ -31,16 +31,6 @@ static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 /// could not count it, before its relay published it.
 pub const LATE_CONFLICT: &str =
     "read by a relay before Redis went back in time; its unit or shopper was sold again before it was published";
-
-/// One order read this round, with where it came from.
-#[derive(Clone, Debug)]
-pub struct Origin {
-    /// The shard's hash tag.
-    pub tag: String,
-    /// Its outbox entry (stream key, entry id); `None` for an order held from an
-    /// earlier round (its entry is gone).
-    pub entry: Option<(String, String)>,
-}
 
 /// What became of the stale orders of a round.
 #[derive(Default)]
