@@ -254,3 +254,27 @@ impl Broker {
         Ok(())
     }
 }
+
+/// Closes a channel when dropped (on a task of the runtime, if there is one): a
+/// consumer's channel must not outlive the loop that consumes from it, whichever
+/// way that loop ends. Closing an already closed channel does nothing.
+pub struct CloseOnDrop(Option<Channel>);
+
+impl CloseOnDrop {
+    pub fn new(channel: &Channel) -> Self {
+        Self(Some(channel.clone()))
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let (Some(ch), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        rt.spawn(async move {
+            if ch.status().connected() {
+                let _ = ch.close(200, "consumer done".into()).await;
+            }
+        });
+    }
+}

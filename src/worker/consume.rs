@@ -30,6 +30,10 @@ impl Worker {
 
     async fn run_connected(&self, stop: &CancellationToken) -> Result<()> {
         let (conn, channel) = self.broker.open().await?;
+        // Closed however this ends (an error, a task aborted): lapin keeps a
+        // consumer whose `basic_consume` was cut short registered, with its channel
+        // and connection open and deliveries sitting unacknowledged on it.
+        let _closes = crate::broker::CloseOnDrop::new(&channel);
         channel
             .basic_qos(self.prefetch, BasicQosOptions::default())
             .await
@@ -50,6 +54,7 @@ impl Worker {
             .await
             .context("starting to consume orders")?;
         let dead_channel = conn.create_channel().await.context("opening the dead-letter channel")?;
+        let _closes_dead = crate::broker::CloseOnDrop::new(&dead_channel);
         dead_channel
             .basic_qos(1, BasicQosOptions::default())
             .await

@@ -43,6 +43,7 @@ pub async fn run(broker: Arc<Broker>, lifecycle: Lifecycle, stop: CancellationTo
 
 async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToken) -> Result<()> {
     let (conn, ch) = broker.open().await?;
+    let _closes = crate::broker::CloseOnDrop::new(&ch);
     ch.basic_qos(16, BasicQosOptions::default()).await?;
     let mut consumer = ch
         .basic_consume(
