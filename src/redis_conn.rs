@@ -28,4 +28,4 @@ pub use cluster_map::MasterSlots;
 pub use conn::Conn;
 pub use handle::Redis;
 pub use masters::MasterFacts;
-pub use verdict::{breaks_connection, is_transient};
+pub use verdict::{breaks_connection, connection_lost, is_transient};

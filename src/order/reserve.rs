@@ -200,20 +200,23 @@ impl Reserver {
             0 => redis,
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
-        let mut conn = redis.conn().await?;
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
         let args = script_args(gate.voucher, gate.floor.load(Ordering::Acquire), asks);
-        let (reply, acked) = if r.replicas == 0 {
-            let mut invocation = RESERVE.prepare_invoke();
-            invocation.key(&gate.keys).arg(&args);
-            let reply: Value = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
-            (reply, None)
-        } else {
-            let (reply, acked) = reserve_and_wait(&mut conn, &gate.keys, &args, r)
-                .await
-                .context("reserve.lua + WAIT")?;
-            (reply, Some(acked))
+        // Once more on a new connection when this one turned out to be dead (Redis
+        // restarted, failed over): the server may well be up again. Safe: a call
+        // that did run the first time finds each of its shoppers marked with the
+        // order's own id, which answers as admitted (below).
+        let (reply, acked) = match self.invoke(redis, gate, &args).await {
+            Err(e)
+                if e.chain().any(|c| {
+                    c.downcast_ref::<RedisError>()
+                        .is_some_and(crate::redis_conn::connection_lost)
+                }) =>
+            {
+                self.invoke(redis, gate, &args).await?
+            }
+            other => other?,
         };
         let (status, seq, replies) = split_reply(reply)?;
         match status {
@@ -228,7 +231,19 @@ impl Reserver {
                 asks.len()
             );
         }
-        let decided: Vec<Answer> = replies.into_iter().map(decode_reply).collect();
+        let decided: Vec<Answer> = replies
+            .into_iter()
+            .zip(asks)
+            .map(|(reply, ask)| {
+                decode_reply(reply).map(|d| match d {
+                    // Its own order: admitted by an earlier run of this call (a retry).
+                    Reservation::AlreadyOrdered { order_id: Some(id) } if id == ask.order_id => {
+                        Reservation::Accepted { stock_left: 0 }
+                    }
+                    other => other,
+                })
+            })
+            .collect();
         // Fewer replicas than required hold this call's writes: no order it admitted
         // is acknowledged, nor an answer that stems from one (an "already ordered"
         // naming an order of this call, a "sold out" after this call took units):
@@ -244,6 +259,26 @@ impl Reserver {
             .into_iter()
             .map(|d| d.map(|d| short_of_replicas(d, acked, &ids, took)))
             .collect())
+    }
+}
+
+impl Reserver {
+    /// One run of the script (and `WAIT`) with `args`: its reply, and how many
+    /// replicas acknowledged it (`None` without replicas).
+    async fn invoke(&self, redis: &Redis, gate: &Gate, args: &[String]) -> anyhow::Result<(Value, Option<i64>)> {
+        let r = &self.replication;
+        let mut conn = redis.conn().await?;
+        if r.replicas == 0 {
+            let mut invocation = RESERVE.prepare_invoke();
+            invocation.key(&gate.keys).arg(args);
+            let reply: Value = invocation.invoke_async(&mut conn).await.context("reserve.lua")?;
+            Ok((reply, None))
+        } else {
+            let (reply, acked) = reserve_and_wait(&mut conn, &gate.keys, args, r)
+                .await
+                .context("reserve.lua + WAIT")?;
+            Ok((reply, Some(acked)))
+        }
     }
 }
 

@@ -35,6 +35,13 @@ pub fn breaks_connection(e: &RedisError) -> bool {
         || server_errors(e).iter().any(refuses)
 }
 
+/// The connection broke under the command (closed, reset, a broken pipe): the
+/// server may be up again behind a new one. Not a refusal (nothing listens) nor a
+/// timeout (the server may be busy): a retry on a new connection would not help.
+pub fn connection_lost(e: &RedisError) -> bool {
+    (e.is_io_error() || e.is_connection_dropped()) && !e.is_connection_refusal() && !e.is_timeout()
+}
+
 /// A state of Redis that passes: everything that breaks the connection, and a
 /// server that cannot take a write for now (see the module's doc). Never a 500.
 pub fn is_transient(e: &RedisError) -> bool {
