@@ -15,15 +15,11 @@ CREATE TABLE shard_floors (
     PRIMARY KEY (namespace, tag)
 );
 
--- One row per sale a relay published for or a process closed: its generation (the high
+-- One row per sale that was ever closed or repaired: its generation (the high
 -- part of every shard's sequence: a repair takes the next one, so everything a
 -- process saw before it is below everything after), since when it is closed
 -- (a process found a shard lost or behind; null while it sells), and how long
--- repairs kept it closed in all. A relay records an intent only while the sale's
--- generation is the one it read the orders in, holding the row shared for that
--- one statement; a repair takes the next generation by an UPDATE of the row, so
--- an intent is either committed before (and the repair counts its orders) or
--- refused (and the relay checks each order itself: src/outbox/relay/late.rs).
+-- repairs kept it closed in all.
 CREATE TABLE sale_states (
     namespace    TEXT        NOT NULL,
     voucher_id   BIGINT      NOT NULL,
@@ -32,11 +28,6 @@ CREATE TABLE sale_states (
     closed_since TIMESTAMPTZ,
     closed_ms    BIGINT      NOT NULL DEFAULT 0,
     last_reason  TEXT,
-    -- Who repairs the sale now, and until when its lease lasts (renewed at each
-    -- step; another process takes over once it ran out: every step of a repair
-    -- is fenced in Redis, so one that lost its lease writes nothing).
-    repairer     TEXT,
-    repair_until TIMESTAMPTZ,
     updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
     PRIMARY KEY (namespace, voucher_id)
 );

@@ -38,6 +38,8 @@ pub struct Recovery {
     requests: Mutex<HashMap<i64, String>>,
     /// Names this process as a repairer (`sale_states.repairer`).
     pub(super) me: String,
+    /// Held while this process checks or repairs a sale.
+    pub(super) one_repair: tokio::sync::Mutex<()>,
     /// Whether the floors were read from Postgres once: until then every sale is
     /// closed here (a process that starts while Redis has gone back in time must
     /// not sell from it knowing nothing of what the relays saw).
@@ -72,6 +74,7 @@ impl Recovery {
             durability: RwLock::new(None),
             requests: Mutex::new(HashMap::new()),
             me: uuid::Uuid::new_v4().simple().to_string(),
+            one_repair: tokio::sync::Mutex::new(()),
             ready: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
         }

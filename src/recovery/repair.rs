@@ -32,6 +32,8 @@ impl Recovery {
     /// one that lost its lease writes nothing; and a lease is no session lock that
     /// a frozen process would hold for as long as its connection lives.
     pub(super) async fn check_or_repair(&self, voucher: i64, reason: &str) -> Result<bool> {
+        // One at a time in this process: the lease names the process, not the task.
+        let _one = self.one_repair.lock().await;
         if !self.take_lease(voucher).await? {
             return Ok(false);
         }
@@ -186,15 +188,22 @@ impl Recovery {
     /// Rebuilds the sale in a new generation (see the module above).
     async fn repair(&self, voucher: i64, shards: u32, health: &Health) -> Result<()> {
         let started = Instant::now();
-        let gen: i64 = sqlx::query_scalar(
+        // Only while this process holds the lease: a repairer that lost it (frozen
+        // past it) must not start a generation under the one that took over.
+        let gen: Option<i64> = sqlx::query_scalar(
             "UPDATE sale_states SET gen = gen + 1, updated_at = now()
-              WHERE namespace = $1 AND voucher_id = $2 RETURNING gen",
+              WHERE namespace = $1 AND voucher_id = $2 AND repairer = $3 AND repair_until > clock_timestamp()
+              RETURNING gen",
         )
         .bind(self.namespace())
         .bind(voucher)
-        .fetch_one(&self.pg)
+        .bind(&self.me)
+        .fetch_optional(&self.pg)
         .await
         .context("taking a sale's next generation")?;
+        let Some(gen) = gen else {
+            bail!("the repair lease of sale {voucher} ran out before its next generation; this repair stops");
+        };
         tracing::warn!(
             voucher,
             gen,

@@ -77,6 +77,9 @@ impl Recovery {
                 .div_ceil(CHUNK)
                 .max(1);
             for r in 0..rounds {
+                if r > 0 {
+                    self.renew_lease(voucher).await?;
+                }
                 let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
                 let mut inv = self.restore_script(voucher, k as u32, shards, gen, "fill", seqs[k]);
                 let m = &marks[part(marks.len())];

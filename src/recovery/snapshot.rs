@@ -62,6 +62,8 @@ impl Recovery {
         // Each order found, and whether in an outbox.
         let mut found: Vec<(Known, bool)> = Vec::new();
         for k in 0..shards {
+            // A big backlog takes a while: the lease is renewed shard by shard.
+            self.renew_lease(voucher).await?;
             for o in read_outbox(&mut conn, &self.keys.outbox_at(voucher, k, shards)).await? {
                 let known = Known {
                     id: o.id,
