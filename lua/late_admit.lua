@@ -1,37 +1,48 @@
 -- late_admit.lua: account in Redis for an order a relay read before a repair of its
 -- sale and that the repair could not count (its outbox entry was lost with Redis
--- going back in time before the relay recorded its intent), before the relay
--- publishes it (src/outbox/relay/late.rs).
+-- going back in time before the relay recorded its intent), and put it back into
+-- the shard's outbox, as a new entry, for a relay to publish (src/outbox/relay/late.rs).
 --
--- KEYS[1] stock  KEYS[2] buyers  KEYS[3] admitted  KEYS[4] the shard's sequence
--- ARGV[1] user id  ARGV[2] order id  ARGV[3] created_ms  ARGV[4] the caller's floor
+-- KEYS[1] stock  KEYS[2] buyers  KEYS[3] admitted  KEYS[4] returned  KEYS[5] outbox
+-- KEYS[6] the shard's sequence
+-- ARGV[1] voucher id  ARGV[2] user id  ARGV[3] order id  ARGV[4] created_ms
+-- ARGV[5] the caller's floor: at least the sale's generation * 2^32, so that a
+--         shard the sale's last repair has not reset yet is refused
 --
--- Returns {code, seq}: code 1 if the shard now counts the order (its shopper's mark
--- already names it, or a unit and the mark were free and are now taken), 0 if it
--- cannot (the unit or the shopper was sold again since: the order is stored
--- `failed`, an incident), -1 if the stock is not loaded (lost, or closed for a
--- repair: try again later), -4 if the shard is behind the caller's floor (closed
--- now, as reserve.lua does); seq the shard's sequence after it.
+-- Returns {code, seq}: code 1 if the shard counts the order now (a unit and the
+-- shopper's mark were free and are taken, and the order is in the outbox again), 2
+-- if it counted it already (its shopper's mark names it, or its unit came back: it
+-- was returned), 0 if it cannot (the unit or the shopper was sold again since: the
+-- relay stores the order `failed`, an incident), -1 if the stock is not loaded
+-- (lost, or closed for a repair: try again later), -4 if the shard is behind the
+-- caller's floor (closed now, as reserve.lua does); seq the sequence after it.
 --
 -- Why one script: the same checks and writes as reserve.lua, in one step.
-local seq = tonumber(redis.call('GET', KEYS[4]) or '0')
-if seq < tonumber(ARGV[4]) then
+local seq = tonumber(redis.call('GET', KEYS[6]) or '0')
+if seq < tonumber(ARGV[5]) then
   redis.call('DEL', KEYS[1])
   return {-4, seq}
-end
-local holder = redis.call('HGET', KEYS[2], ARGV[1])
--- A mark is "id:created_ms" (or, written by an older version, the id).
-if holder and string.match(holder, '^[^:]*') == ARGV[2] then
-  return {1, seq}
 end
 local stock = redis.call('GET', KEYS[1])
 if not stock then
   return {-1, seq}
 end
+local holder = redis.call('HGET', KEYS[2], ARGV[2])
+-- A mark is "id:created_ms" (or, written by an older version, the id).
+if holder and string.match(holder, '^[^:]*') == ARGV[3] then
+  return {2, seq}
+end
+if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then
+  return {2, seq}
+end
 if tonumber(stock) <= 0 or holder then
   return {0, seq}
 end
+local next = seq + 1
 redis.call('DECR', KEYS[1])
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. ':' .. ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. ':' .. ARGV[4])
 redis.call('INCR', KEYS[3])
-return {1, redis.call('INCR', KEYS[4])}
+redis.call('XADD', KEYS[5], '*', 'v', ARGV[1], 'b', ARGV[3] .. ',' .. ARGV[2] .. ',' .. ARGV[4],
+  's', string.format('%.0f', next))
+redis.call('SET', KEYS[6], string.format('%.0f', next))
+return {1, next}

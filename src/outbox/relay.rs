@@ -33,8 +33,12 @@ pub struct Relay {
     /// This process's floors, raised to the sequences the relay reads.
     recovery: Arc<crate::recovery::Recovery>,
     /// Orders read before a repair of their sale whose entry is gone and whose sale
-    /// is closed: settled again next round (see `late`).
+    /// is closed: settled again a second later (see `late`).
     held: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
+    /// When the held orders were last settled.
+    held_tried: std::sync::Mutex<Option<Instant>>,
+    /// The sales whose `sale_states` row this relay made sure of.
+    states_made: std::sync::Mutex<std::collections::HashSet<i64>>,
     consumer: String,
     batch: usize,
     linger: Duration,
@@ -119,6 +123,8 @@ impl Relay {
             pg,
             recovery,
             held: Default::default(),
+            held_tried: Default::default(),
+            states_made: Default::default(),
             consumer,
             batch: settings.relay_batch,
             linger: settings.relay_linger,
@@ -213,9 +219,19 @@ impl Relay {
                 self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         };
-        // Orders held from an earlier round (see `late`): settled again below, and
-        // kept until they are published or stored failed.
-        let held: Vec<(OrderMsg, Origin)> = self.held.lock().expect("held poisoned").clone();
+        // Orders held from an earlier round (see `late`), settled again once a
+        // second: until then they take no part (and hold no round up).
+        let held: Vec<(OrderMsg, Origin)> = {
+            let mut last = self.held_tried.lock().expect("held poisoned");
+            let due = last.is_none_or(|t| t.elapsed() >= crate::recovery::desk::REFRESH_EVERY);
+            let held = self.held.lock().expect("held poisoned").clone();
+            if due && !held.is_empty() {
+                *last = Some(Instant::now());
+                held
+            } else {
+                Vec::new()
+            }
+        };
         let streams: Vec<String> = self.outboxes().await;
         if streams.is_empty() && held.is_empty() {
             keep_pending();
@@ -271,68 +287,92 @@ impl Relay {
             }
             return Ok(0);
         }
-        // Orders read before a repair of their sale (an older generation): see `late`.
-        let vouchers: Vec<i64> = orders.iter().map(|(o, _)| o.voucher_id).collect();
-        let gens = self.generations(&vouchers).await?;
-        let (stale, mut fresh): (Vec<_>, Vec<_>) = orders
-            .into_iter()
-            .partition(|(o, _)| o.epoch < gens.get(&o.voucher_id).copied().unwrap_or(0));
-        let mut held = Vec::new();
-        if !stale.is_empty() {
-            let settled = self.settle_stale(&mut conn, stale, &gens).await?;
-            fresh.extend(settled.publish);
-            held = settled.held;
-        }
-        // A round may read more than `batch` orders (a read asks each outbox for
-        // about `batch` orders' worth of entries, by the last round's orders per
-        // entry, and entries differ in size). If a later message cannot be
-        // published, the round's entries stay pending and are published again, the
-        // earlier messages' orders too (the worker stores each order once).
+        // Orders not of their sale's generation (read before a repair of it): see
+        // `late`. A round may read more than `batch` orders (a read asks each
+        // outbox for about `batch` orders' worth of entries, by the last round's
+        // orders per entry, and entries differ in size). If a later message cannot
+        // be published, the round's entries stay pending and are published again,
+        // the earlier messages' orders too (the worker stores each order once).
         let floors: Vec<(String, i64)> = seen.into_iter().collect();
-        let chunks: Vec<std::ops::Range<usize>> = messages(fresh.len(), self.batch).collect();
-        for (k, range) in chunks.iter().enumerate() {
-            let chunk: Vec<OrderMsg> = fresh[range.clone()].iter().map(|(o, _)| *o).collect();
-            // Recorded before the publish (see `intent`), with the shards' floors,
-            // while every sale is still at the generation its orders are of.
-            let Some(intent) = intent::record(&self.pg, self.keys.namespace(), &chunk, &floors).await? else {
-                // A repair took a sale's next generation meanwhile: the entries stay
-                // pending (read again, settled against it); orders without an entry
-                // are held.
-                held.extend(
-                    chunks[k..]
-                        .iter()
-                        .flat_map(|r| fresh[r.clone()].iter())
-                        .filter(|(_, origin)| origin.entry.is_none())
-                        .cloned(),
-                );
-                *self.held.lock().expect("held poisoned") = Vec::new();
-                self.hold(held);
-                self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                tracing::info!("a repair began: not publishing the rest of what this round read");
-                return Ok(0);
-            };
-            if let Err(e) = self.publish(channel, &chunk, intent).await {
-                self.metrics.relay_confirms.with_label_values(&["error"]).inc();
-                return Err(e);
-            }
-            self.metrics.relay_confirms.with_label_values(&["ack"]).inc();
-            self.metrics.relay_published.inc_by(chunk.len() as u64);
-        }
+        let Some(published) = self.publish_read(&mut conn, channel, orders, &floors).await? else {
+            self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+            return Ok(0);
+        };
         for (tag, seq) in &floors {
             self.recovery.floors.raise(tag, *seq);
-        }
-        *self.held.lock().expect("held poisoned") = Vec::new();
-        self.hold(held);
-        let now_ms = chrono::Utc::now().timestamp_millis();
-        for (o, _) in &fresh {
-            self.metrics
-                .relay_lag_seconds
-                .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
         }
         if !done.is_empty() {
             self.acknowledge(&conn, &done).await?;
         }
-        Ok(fresh.len())
+        Ok(published)
+    }
+
+    /// Publishes orders this relay read (`floors`: the highest sequence read of each
+    /// shard), each recorded first in an intent (see `intent`); orders not of
+    /// their sale's generation are settled first (see `late`). Returns how many it
+    /// published, or `None` when a repair kept refusing the intent: what is left
+    /// stays pending in the outbox (orders without an entry are held).
+    pub async fn publish_read(
+        &self,
+        conn: &mut crate::redis_conn::Conn,
+        channel: &Channel,
+        orders: Vec<(OrderMsg, Origin)>,
+        floors: &[(String, i64)],
+    ) -> Result<Option<usize>> {
+        let mut published = 0;
+        let mut todo = orders;
+        for attempt in 0..3 {
+            let vouchers: Vec<i64> = todo.iter().map(|(o, _)| o.voucher_id).collect();
+            let gens = self.generations(&vouchers).await?;
+            let (stale, mut fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut todo)
+                .into_iter()
+                .partition(|(o, _)| o.epoch != gens.get(&o.voucher_id).copied().unwrap_or(0));
+            if !stale.is_empty() {
+                fresh.extend(self.settle_stale(conn, stale, &gens).await?);
+            }
+            let chunks: Vec<std::ops::Range<usize>> = messages(fresh.len(), self.batch).collect();
+            let mut refused = None;
+            for (k, range) in chunks.iter().enumerate() {
+                let chunk: Vec<OrderMsg> = fresh[range.clone()].iter().map(|(o, _)| *o).collect();
+                // Recorded before the publish (see `intent`), with the shards' floors,
+                // while every sale is still at the generation its orders are of.
+                let Some(intent) = intent::record(&self.pg, self.keys.namespace(), &chunk, floors).await? else {
+                    refused = Some(k);
+                    break;
+                };
+                if let Err(e) = self.publish(channel, &chunk, intent).await {
+                    self.metrics.relay_confirms.with_label_values(&["error"]).inc();
+                    return Err(e);
+                }
+                self.metrics.relay_confirms.with_label_values(&["ack"]).inc();
+                self.metrics.relay_published.inc_by(chunk.len() as u64);
+                published += chunk.len();
+                let now_ms = chrono::Utc::now().timestamp_millis();
+                for o in &chunk {
+                    self.metrics
+                        .relay_lag_seconds
+                        .observe((now_ms - o.created_ms).max(0) as f64 / 1000.0);
+                }
+            }
+            let Some(k) = refused else {
+                return Ok(Some(published));
+            };
+            // A repair took a sale's next generation meanwhile: the rest is settled
+            // again against it (an entry may have gone with what it repaired).
+            todo = chunks[k..]
+                .iter()
+                .flat_map(|r| fresh[r.clone()].iter().cloned())
+                .collect();
+            tracing::info!(
+                attempt,
+                orders = todo.len(),
+                "a repair began: settling the rest of the round again"
+            );
+        }
+        // Still refused: entries stay pending (read again), orders without one held.
+        let entryless: Vec<(OrderMsg, Origin)> = todo.into_iter().filter(|(_, o)| o.entry.is_none()).collect();
+        self.hold(&entryless);
+        Ok(None)
     }
 
     async fn publish(&self, channel: &Channel, orders: &[OrderMsg], intent: i64) -> Result<()> {

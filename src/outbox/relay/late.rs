@@ -1,28 +1,33 @@
-//! Orders a relay read before a repair of their sale (their generation is older
-//! than the sale's now). A repair counts every order in an outbox or an intent when
-//! it reads them; an order this relay read before the repair and had not recorded
-//! yet is counted only if its entry was still in the outbox then. So, for each:
+//! Orders a relay read before a repair of their sale (their generation is not the
+//! sale's now). A repair counts every order in an outbox or an intent when it reads
+//! them; an order this relay read before the repair and had not recorded yet is
+//! counted only if its entry was still in the outbox then. So, for each:
 //!
 //! - its entry is still in its outbox: it was there when the repair read the
 //!   outboxes (entries leave only once published, after their intent): counted.
 //!   It is published as of the sale's generation now;
 //! - its entry is gone (Redis lost it, going back in time): the repair did not
-//!   count it. `lua/late_admit.lua` counts it now if its unit and its shopper are
-//!   free (or its shopper's mark already names it), and it is published; if they
-//!   were sold again meanwhile, it is stored `failed` (an incident, logged and
-//!   counted: the order was acknowledged and cannot be honoured);
-//! - its sale is closed (a repair under way, the shard lost): it is held by this
-//!   relay and tried again next round. An order held here exists nowhere else (its
-//!   entry is gone): a relay that dies holding it loses it, which is the write
+//!   count it. If Postgres has it, it is done. Otherwise `lua/late_admit.lua`, on a
+//!   shard the repair has reopened (its floor is at least the new generation, its
+//!   stock key present), counts it if its unit and its shopper are free and writes
+//!   it back into the outbox as a new entry, which a relay publishes like any other;
+//!   if its shopper's mark already names it, it is counted (a repair found its
+//!   intent); if its unit or shopper was sold again meanwhile, the relay stores it
+//!   `failed` (an incident, logged and counted: the order was acknowledged and
+//!   cannot be honoured);
+//! - its sale is closed here or the shard not reopened yet: it is held by this
+//!   relay and settled again a second later. An order held here exists nowhere else
+//!   (its entry is gone): a relay that dies holding it loses it, which is the write
 //!   seen by one process and lost before anyone else saw it that no detector can
 //!   bring back (README, Durability).
 use super::{Origin, Relay};
 use crate::keys::Keys;
 use crate::order::OrderMsg;
+use crate::recovery::GEN;
 use crate::redis_conn::Conn;
 use anyhow::{Context, Result};
 use redis::Script;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/late_admit.lua")));
@@ -32,15 +37,6 @@ static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 pub const LATE_CONFLICT: &str =
     "read by a relay before Redis went back in time; its unit or shopper was sold again before it was published";
 
-/// What became of the stale orders of a round.
-#[derive(Default)]
-pub struct Settled {
-    /// Orders to publish now, as of their sale's generation now.
-    pub publish: Vec<(OrderMsg, Origin)>,
-    /// Orders whose sale is closed: held for the next round.
-    pub held: Vec<(OrderMsg, Origin)>,
-}
-
 impl Relay {
     /// Each sale's generation in Postgres (rows made for sales that have none, so
     /// that an intent can hold them shared).
@@ -48,15 +44,22 @@ impl Relay {
         let mut vouchers = vouchers.to_vec();
         vouchers.sort_unstable();
         vouchers.dedup();
-        sqlx::query(
-            "INSERT INTO sale_states (namespace, voucher_id) SELECT $1, v FROM unnest($2::bigint[]) AS v
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(self.keys.namespace())
-        .bind(&vouchers)
-        .execute(&self.pg)
-        .await
-        .context("making the sales' states")?;
+        let fresh: Vec<i64> = {
+            let known = self.states_made.lock().expect("states poisoned");
+            vouchers.iter().filter(|v| !known.contains(v)).copied().collect()
+        };
+        if !fresh.is_empty() {
+            sqlx::query(
+                "INSERT INTO sale_states (namespace, voucher_id) SELECT $1, v FROM unnest($2::bigint[]) AS v
+                 ON CONFLICT DO NOTHING",
+            )
+            .bind(self.keys.namespace())
+            .bind(&fresh)
+            .execute(&self.pg)
+            .await
+            .context("making the sales' states")?;
+            self.states_made.lock().expect("states poisoned").extend(fresh);
+        }
         let rows: Vec<(i64, i64)> =
             sqlx::query_as("SELECT voucher_id, gen FROM sale_states WHERE namespace = $1 AND voucher_id = ANY($2)")
                 .bind(self.keys.namespace())
@@ -67,56 +70,74 @@ impl Relay {
         Ok(rows.into_iter().collect())
     }
 
-    /// Settles the stale orders of a round (see the module above). `stale` are the
-    /// orders whose generation is below their sale's in `gens`.
+    /// Settles orders whose generation is not their sale's in `gens` (see the
+    /// module above): returns those to publish now, as of their sale's generation;
+    /// those held are in `self.held` (this round's included), the others done.
     pub(super) async fn settle_stale(
         &self,
         conn: &mut Conn,
         stale: Vec<(OrderMsg, Origin)>,
         gens: &HashMap<i64, i64>,
-    ) -> Result<Settled> {
-        let mut out = Settled::default();
-        let mut failed: Vec<OrderMsg> = Vec::new();
+    ) -> Result<Vec<(OrderMsg, Origin)>> {
+        let mut publish = Vec::new();
+        let mut gone = Vec::new();
+        // Whether each entry is still in its outbox (an entry carries many orders).
+        let mut present: HashMap<(String, String), bool> = HashMap::new();
         for (mut o, origin) in stale {
             let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
-            if let Some((stream, id)) = &origin.entry {
-                let found: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                    .arg(stream)
-                    .arg(id)
-                    .arg(id)
-                    .query_async(conn)
-                    .await
-                    .context("looking for a stale order's outbox entry")?;
-                if !found.ids.is_empty() {
+            if let Some(entry) = &origin.entry {
+                let there = match present.get(entry) {
+                    Some(t) => *t,
+                    None => {
+                        let found: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                            .arg(&entry.0)
+                            .arg(&entry.1)
+                            .arg(&entry.1)
+                            .query_async(conn)
+                            .await
+                            .context("looking for a stale order's outbox entry")?;
+                        present.insert(entry.clone(), !found.ids.is_empty());
+                        !found.ids.is_empty()
+                    }
+                };
+                if there {
                     o.epoch = gen;
-                    out.publish.push((o, origin));
+                    publish.push((o, origin));
                     continue;
                 }
             }
-            if self.recovery.is_closed(o.voucher_id) {
-                out.held.push((o, origin));
+            gone.push((o, Origin { entry: None, ..origin }));
+        }
+        if gone.is_empty() {
+            return Ok(publish);
+        }
+        // Held from here on until settled: an error below leaves them held.
+        self.hold(&gone);
+        let stored = self.stored(&gone).await?;
+        let mut failed: Vec<OrderMsg> = Vec::new();
+        let mut settled: HashSet<(i64, i64)> = HashSet::new();
+        for (o, origin) in &gone {
+            if stored.contains(&(o.id, o.user_id)) {
+                settled.insert((o.id, o.user_id));
                 continue;
             }
-            let (code, seq) =
-                late_admit(conn, &self.keys, &origin.tag, &o, self.recovery.floors.get(&origin.tag)).await?;
+            if self.recovery.is_closed(o.voucher_id) {
+                continue;
+            }
+            let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
+            let floor = self.recovery.floors.get(&origin.tag).max(gen * GEN);
+            let (code, seq) = late_admit(conn, &self.keys, &origin.tag, o, floor).await?;
             match code {
-                1 => {
+                1 | 2 => {
                     self.recovery.floors.raise(&origin.tag, seq);
-                    o.epoch = gen;
-                    out.publish.push((o, Origin { entry: None, ..origin }));
+                    settled.insert((o.id, o.user_id));
                 }
-                0 => failed.push(o),
-                _ => {
-                    self.recovery.lost(
-                        o.voucher_id,
-                        if code == -4 {
-                            "a shard went back in time (a late order found it behind)"
-                        } else {
-                            "a shard's stock is missing in Redis (a late order found it)"
-                        },
-                    );
-                    out.held.push((o, Origin { entry: None, ..origin }));
-                }
+                0 => failed.push(*o),
+                -4 => self
+                    .recovery
+                    .lost(o.voucher_id, "a shard went back in time (a late order found it behind)"),
+                // Not loaded: lost, or closed by the repair and not reopened yet.
+                _ => {}
             }
         }
         if !failed.is_empty() {
@@ -124,6 +145,7 @@ impl Relay {
                 .await
                 .context("storing late orders that cannot be honoured")?;
             for o in &failed {
+                settled.insert((o.id, o.user_id));
                 self.metrics
                     .worker_incidents
                     .with_label_values(&["late_conflict"])
@@ -137,18 +159,43 @@ impl Relay {
                 );
             }
         }
-        Ok(out)
+        self.held
+            .lock()
+            .expect("held poisoned")
+            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id)));
+        Ok(publish)
     }
 
-    /// Holds orders for the next round.
-    pub(super) fn hold(&self, orders: Vec<(OrderMsg, Origin)>) {
-        if !orders.is_empty() {
-            tracing::warn!(
-                orders = orders.len(),
-                "orders read before a repair of their sale, held until it is open again"
-            );
-            self.held.lock().expect("held poisoned").extend(orders);
-            self.left_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+    /// Which of `orders` Postgres holds, as (id its shopper holds, shopper).
+    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<(i64, i64)>> {
+        let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id).collect();
+        let rows: Vec<(i64, Option<i64>, i64)> = sqlx::query_as(
+            "SELECT id, issued_id, user_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pg)
+        .await
+        .context("looking for late orders in Postgres")?;
+        Ok(rows
+            .into_iter()
+            .flat_map(|(id, issued, user)| [Some((id, user)), issued.map(|i| (i, user))])
+            .flatten()
+            .collect())
+    }
+
+    /// Holds orders (whose entry is gone) until they are settled; each once.
+    pub(super) fn hold(&self, orders: &[(OrderMsg, Origin)]) {
+        let mut held = self.held.lock().expect("held poisoned");
+        for (o, origin) in orders {
+            if !held.iter().any(|(h, _)| h.id == o.id && h.user_id == o.user_id) {
+                held.push((
+                    *o,
+                    Origin {
+                        entry: None,
+                        ..origin.clone()
+                    },
+                ));
+            }
         }
     }
 }
@@ -159,7 +206,10 @@ async fn late_admit(conn: &mut Conn, keys: &Keys, tag: &str, o: &OrderMsg, floor
         .key(keys.of_tag(tag, "stock"))
         .key(keys.of_tag(tag, "buyers"))
         .key(keys.of_tag(tag, "admitted"))
+        .key(keys.of_tag(tag, "returned"))
+        .key(keys.of_tag(tag, "outbox"))
         .key(keys.of_tag(tag, "seq"))
+        .arg(o.voucher_id)
         .arg(o.user_id)
         .arg(o.id)
         .arg(o.created_ms)

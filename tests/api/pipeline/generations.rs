@@ -130,7 +130,10 @@ async fn admit_late(
         .key(keys.stock(v))
         .key(keys.buyers(v))
         .key(keys.admitted(v))
+        .key(keys.returned(v))
+        .key(keys.outbox(v))
         .key(keys.seq_at(v, 0, 1))
+        .arg(v)
         .arg(user)
         .arg(id)
         .arg(1_700_000_000_000i64)
@@ -141,41 +144,61 @@ async fn admit_late(
     code
 }
 
-/// A late admission counts an order once: sent twice, the second finds the
-/// shopper's mark naming it and takes nothing. A shopper whose mark names another
-/// order, or a sale with no unit left, is refused; a sale not loaded says so.
+/// A late admission counts an order once and puts it back into the outbox: sent
+/// twice, the second finds the shopper's mark naming it and takes nothing. An
+/// order whose unit came back (returned) is not taken again. A shopper whose mark
+/// names another order, or a sale with no unit left, is refused; a sale not loaded
+/// says so.
 #[tokio::test]
 async fn a_late_admission_counts_an_order_once_or_refuses_it() {
     let ns = Namespace::new().await;
     let app = TestApp::builder(&ns).api_only().spawn().await;
-    let v = app.flash_sale(2).await;
+    let v = app.flash_sale(3).await;
     let keys = ns.keys();
     let mut conn = app.redis().await;
-    let stock = |conn: &mut seckill::redis_conn::Conn| {
+    let books = |conn: &mut seckill::redis_conn::Conn| {
         let mut conn = conn.clone();
-        let key = keys.stock(v);
+        let (stock, outbox) = (keys.stock(v), keys.outbox(v));
         async move {
-            let s: i64 = redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap();
-            s
+            let b: (i64, i64) = redis::pipe()
+                .get(stock)
+                .cmd("XLEN")
+                .arg(outbox)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            b
         }
     };
     assert_eq!(admit_late(&mut conn, &keys, v, 1, 501).await, 1);
-    assert_eq!(stock(&mut conn).await, 1);
-    assert_eq!(admit_late(&mut conn, &keys, v, 1, 501).await, 1, "already counted");
-    assert_eq!(stock(&mut conn).await, 1, "once");
+    assert_eq!(books(&mut conn).await, (2, 1), "a unit taken, an entry written");
+    assert_eq!(admit_late(&mut conn, &keys, v, 1, 501).await, 2, "already counted");
+    assert_eq!(books(&mut conn).await, (2, 1), "once");
     assert_eq!(
         admit_late(&mut conn, &keys, v, 1, 502).await,
         0,
         "the shopper holds another"
     );
-    assert_eq!(admit_late(&mut conn, &keys, v, 2, 601).await, 1);
-    assert_eq!(admit_late(&mut conn, &keys, v, 3, 701).await, 0, "no unit left");
+    let _: () = redis::cmd("SADD")
+        .arg(keys.returned(v))
+        .arg(601)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        admit_late(&mut conn, &keys, v, 2, 601).await,
+        2,
+        "returned: not taken again"
+    );
+    assert_eq!(admit_late(&mut conn, &keys, v, 2, 602).await, 1);
+    assert_eq!(admit_late(&mut conn, &keys, v, 3, 701).await, 1);
+    assert_eq!(admit_late(&mut conn, &keys, v, 4, 801).await, 0, "no unit left");
     let _: () = redis::cmd("DEL")
         .arg(keys.stock(v))
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(admit_late(&mut conn, &keys, v, 4, 801).await, -1, "not loaded");
+    assert_eq!(admit_late(&mut conn, &keys, v, 5, 901).await, -1, "not loaded");
 }
 
 /// An order in a relay's intent and nowhere else (its outbox entry gone with Redis
