@@ -30,8 +30,9 @@ fi
 # Tests that need a Redis Cluster (named on_a_cluster_…, #[ignore]d too, and failing
 # where TEST_REDIS_CLUSTER names no cluster) run only in the cluster pass below.
 # `cost::` is a measurement (Redis commands per second from INFO commandstats, on a
-# quiet single node), not a check: it is run by hand, never here.
-cargo test --workspace --all-targets -- "${ignored[@]}" --skip on_a_cluster_ --skip cost::
+# quiet single node), not a check: it is run by hand, never here; `nemesis::` is
+# the fault benchmark of scripts/bench-nemesis.sh (minutes per seed), never here.
+cargo test --workspace --all-targets -- "${ignored[@]}" --skip on_a_cluster_ --skip cost:: --skip nemesis::
 # The integration tests again on a local Redis Cluster of 3 masters and 3 replicas
 # (SECKILL_REDIS_CLUSTER=true); tests that run Redis servers of their own keep
 # those (one node each). The URLs in a statement of their own: `set -e` stops here
@@ -45,7 +46,7 @@ fi
 # `--workspace` as in the first pass: without it Cargo resolves the dependencies'
 # features for the root package alone (the bench crate adds some), builds sqlx and
 # the crate a second time, and doubles `target/` (a CI run once ran out of disk here).
-TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" --skip cost::
+TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" --skip cost:: --skip nemesis::
 if [ "${#ignored[@]}" = 0 ]; then
   TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api on_a_cluster_ -- --ignored
 fi
