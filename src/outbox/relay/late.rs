@@ -114,7 +114,7 @@ impl Relay {
         // Held from here on until settled: an error below leaves them held.
         self.hold(&gone);
         let stored = self.stored(&gone).await?;
-        let mut failed: Vec<OrderMsg> = Vec::new();
+        let mut failed: Vec<(OrderMsg, String)> = Vec::new();
         let mut settled: HashSet<(i64, i64)> = HashSet::new();
         for (o, origin) in &gone {
             if stored.contains(&(o.id, o.user_id)) {
@@ -132,7 +132,7 @@ impl Relay {
                     self.recovery.floors.raise(&origin.tag, seq);
                     settled.insert((o.id, o.user_id));
                 }
-                0 => failed.push(*o),
+                0 => failed.push((*o, origin.tag.clone())),
                 -4 => self
                     .recovery
                     .lost(o.voucher_id, "a shard went back in time (a late order found it behind)"),
@@ -141,10 +141,26 @@ impl Relay {
             }
         }
         if !failed.is_empty() {
-            crate::worker::persist::store_failed(&self.pg, &failed, LATE_CONFLICT)
+            let orders: Vec<OrderMsg> = failed.iter().map(|(o, _)| *o).collect();
+            crate::worker::persist::store_failed(&self.pg, &orders, LATE_CONFLICT)
                 .await
                 .context("storing late orders that cannot be honoured")?;
-            for o in &failed {
+            // Counted as admitted in Redis, as a repair counts every stored order
+            // (failed ones too): the sale's audit then shows the failures, and its
+            // units and orders still add up (src/voucher/audit/books.rs).
+            let mut per_shard: HashMap<&str, i64> = HashMap::new();
+            for (_, tag) in &failed {
+                *per_shard.entry(tag).or_default() += 1;
+            }
+            for (tag, n) in per_shard {
+                let _: i64 = redis::cmd("INCRBY")
+                    .arg(self.keys.of_tag(tag, "admitted"))
+                    .arg(n)
+                    .query_async(conn)
+                    .await
+                    .context("counting late orders that cannot be honoured")?;
+            }
+            for o in &orders {
                 settled.insert((o.id, o.user_id));
                 self.metrics
                     .worker_incidents

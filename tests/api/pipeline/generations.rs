@@ -1,7 +1,8 @@
 //! pipeline: `an_intent_is_refused_once_a_repair_took_the_next_generation`,
 //! `orders_a_relay_reads_after_a_repair_counted_them_are_published_once`,
 //! `a_late_admission_counts_an_order_once_or_refuses_it`,
-//! `an_order_only_in_an_intent_is_published_again_by_the_repair`.
+//! `an_order_only_in_an_intent_is_published_again_by_the_repair`,
+//! `orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_never_sold_twice`.
 //!
 //! A repair counts the orders in the outboxes and in the relays' intents when it
 //! reads them. A relay that read orders before a repair records their intent only
@@ -246,4 +247,134 @@ async fn an_order_only_in_an_intent_is_published_again_by_the_repair() {
     assert_eq!(accepted(&answers).len(), 9, "the rest of the stock, once");
     wait_stored(&app, v, 10, Duration::from_secs(30), "the whole stock").await;
     assert_balanced(&app, v).await;
+}
+
+/// Orders a relay read and had not recorded yet when Redis went back in time to
+/// before them (their entries, marks and units gone, so the repair counts none of
+/// them): the relay settles each against the repaired sale. An order whose unit and
+/// shopper are still free is counted late, written back into its outbox and stored
+/// once under its own id; one whose shopper or unit was sold again meanwhile is
+/// stored `failed` and counted as an incident. No unit is sold twice, no shopper
+/// holds two live orders, and no acknowledged order is left without a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_never_sold_twice() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(6).await;
+    for u in 1..=4 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED, "shopper {u}");
+    }
+    // The relay's read: the four orders, as `step` reads them.
+    let keys = ns.keys();
+    let outbox = keys.outbox(v);
+    let tag = keys.tag_of(&outbox).unwrap().to_owned();
+    let mut conn = app.redis().await;
+    let entries: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&outbox)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut read = Vec::new();
+    let mut top = 0i64;
+    for e in &entries.ids {
+        let parsed = seckill::outbox::entry::parse(e).expect("an entry reserve.lua wrote");
+        top = top.max(parsed.seq.expect("entries carry their sequence"));
+        for o in parsed.orders {
+            let origin = seckill::outbox::relay::Origin {
+                tag: tag.clone(),
+                entry: Some((outbox.clone(), e.id.clone())),
+            };
+            read.push((o, origin));
+        }
+    }
+    read.sort_by_key(|(o, _)| o.user_id);
+    assert_eq!(read.len(), 4);
+    let lost: HashMap<i64, i64> = read.iter().map(|(o, _)| (o.user_id, o.id)).collect();
+    // Redis back to before the four orders: their entries, marks and units gone.
+    for key in [outbox.clone(), keys.buyers(v), keys.admitted(v), keys.stock(v)] {
+        let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();
+    }
+    assert_eq!(app.order(v, 50).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    repaired_after(&app, v, 0).await;
+    // Meanwhile the repaired sale sells again: shopper 3 a second time (its first
+    // order is not in Redis any more), and three others: 2 units left.
+    for u in [3, 100, 101, 102] {
+        assert_eq!(
+            app.order(v, u).await.0,
+            StatusCode::ACCEPTED,
+            "shopper {u} after the repair"
+        );
+    }
+    let r = relay(&app, "relay-that-read-before-the-loss");
+    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let published = r
+        .publish_read(&mut conn, &ch, read, &[(tag.clone(), top)])
+        .await
+        .unwrap();
+    assert_eq!(
+        published,
+        Some(0),
+        "nothing of an older generation is published as it was read"
+    );
+    // Shoppers 1 and 2 were counted late (the last two units); 3 (sold again) and 4
+    // (no unit left) cannot be honoured.
+    let mut sent = 0;
+    for _ in 0..20 {
+        sent += r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+        if sent >= 6 {
+            break;
+        }
+    }
+    c.close(200, "done".into()).await.unwrap();
+    assert_eq!(sent, 6, "four orders taken after the repair and the two counted late");
+    let worker = TestApp::builder(&ns).mode(Mode::Worker).spawn().await;
+    wait_stored(&app, v, 8, Duration::from_secs(30), "six live orders and two failed").await;
+    let rows: Vec<(i64, i64, String)> =
+        sqlx::query_as("SELECT id, user_id, status FROM voucher_orders WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    let status_of = |id: i64| rows.iter().find(|r| r.0 == id).map(|r| r.2.clone());
+    assert_eq!(status_of(lost[&1]).as_deref(), Some("created"), "{rows:?}");
+    assert_eq!(status_of(lost[&2]).as_deref(), Some("created"), "{rows:?}");
+    assert_eq!(status_of(lost[&3]).as_deref(), Some("failed"), "{rows:?}");
+    assert_eq!(status_of(lost[&4]).as_deref(), Some("failed"), "{rows:?}");
+    let live: Vec<i64> = rows.iter().filter(|r| r.2 != "failed").map(|r| r.1).collect();
+    assert_eq!(live.len(), 6, "exactly the stock: {rows:?}");
+    assert_eq!(
+        live.iter().collect::<HashSet<_>>().len(),
+        6,
+        "one live order per shopper: {rows:?}"
+    );
+    let metrics = reqwest::get(format!("{}/metrics", app.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("seckill_worker_incidents_total{kind=\"late_conflict\"} 2"),
+        "two late conflicts counted"
+    );
+    assert_eq!(app.order(v, 1).await.1["error"]["code"], "already_ordered");
+    // The audit shows the two failures, and nothing else out of place.
+    let (_, audit) = app
+        .get(&format!("/api/v1/admin/vouchers/{v}/audit"), Some(&app.admin()))
+        .await;
+    let checks = &audit["checks"];
+    assert_eq!(checks["no_failed_orders"], false, "{audit:#}");
+    for check in [
+        "units_accounted_for",
+        "orders_known_to_redis",
+        "postgres_stock",
+        "no_returns_pending",
+    ] {
+        assert_eq!(checks[check], true, "{check}: {audit:#}");
+    }
+    assert_eq!(audit["in_flight"]["orders"], 0, "{audit:#}");
+    worker.shutdown().await;
 }

@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use seckill::app::Mode;
 use seckill::broker::ORDERS_ROUTING_KEY;
 use seckill::order::model::{OrderBatch, OrderMsg};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
