@@ -162,9 +162,15 @@ impl Lookup {
     /// Redis), else the latest in Postgres (e.g. cancelled).
     pub async fn mine(&self, voucher_id: i64, user_id: i64) -> Result<Option<Order>> {
         let k = &self.keys;
-        let shards = match self.cache.get(voucher_id) {
-            Some(e) => e.voucher.flash.as_ref().map_or(1, |f| f.shards()),
-            None => crate::voucher::repo::shards(&self.pg, voucher_id).await?,
+        // Only a flash sale has state in Redis (loaded when it is created): for any
+        // other voucher, or none, Postgres is the whole answer, and a missing stock
+        // key means nothing.
+        let flash = match self.cache.get(voucher_id) {
+            Some(e) => e.voucher.flash.as_ref().map(|f| f.shards()),
+            None => crate::voucher::repo::flash_shards(&self.pg, voucher_id).await?,
+        };
+        let Some(shards) = flash else {
+            return Ok(latest(&self.pg, voucher_id, user_id).await?);
         };
         let shard = crate::keys::shard_of(user_id, shards);
         let mut conn = self.redis.conn().await?;
@@ -201,15 +207,20 @@ impl Lookup {
                 None => Err(Repairing.into()),
             };
         }
-        Ok(sqlx::query_as(&format!(
-            "SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE user_id = $1 AND voucher_id = $2
-             ORDER BY created_at DESC, id DESC LIMIT 1"
-        ))
-        .bind(user_id)
-        .bind(voucher_id)
-        .fetch_optional(&self.pg)
-        .await?)
+        Ok(latest(&self.pg, voucher_id, user_id).await?)
     }
+}
+
+/// The shopper's latest order for a voucher in Postgres.
+async fn latest(pg: &PgPool, voucher_id: i64, user_id: i64) -> Result<Option<Order>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE user_id = $1 AND voucher_id = $2
+         ORDER BY created_at DESC, id DESC LIMIT 1"
+    ))
+    .bind(user_id)
+    .bind(voucher_id)
+    .fetch_optional(pg)
+    .await
 }
 
 /// A shopper's mark, "order_id:created_ms" as reserve.lua writes it: the order id

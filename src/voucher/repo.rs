@@ -222,6 +222,16 @@ pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, s
         .await
 }
 
+/// A flash sale's `stock_shards`, or `None` if the voucher is not a flash sale (or
+/// does not exist).
+pub async fn flash_shards(db: impl PgExecutor<'_>, id: i64) -> Result<Option<u32>, sqlx::Error> {
+    let n: Option<i32> = sqlx::query_scalar("SELECT stock_shards FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    Ok(n.map(|n| n.max(1) as u32))
+}
+
 /// A flash sale's `stock_shards` (1 if it is not one).
 pub async fn shards(db: impl PgExecutor<'_>, id: i64) -> Result<u32, sqlx::Error> {
     let n: Option<i32> = sqlx::query_scalar("SELECT stock_shards FROM seckill_vouchers WHERE voucher_id = $1")

@@ -147,6 +147,23 @@ async fn pending_then_created_is_visible_to_the_owner_and_admins_only() {
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "order_not_found"));
     let (status, body) = app.get("/api/v1/orders/12345", Some(&app.shopper(42))).await;
     assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "order_not_found"));
+    // A voucher that is no flash sale, and one that does not exist: they have no
+    // state in Redis to miss, so a 404 (no 503, and no sale closed for them).
+    let plain = insert_voucher_row(app.pg()).await;
+    for voucher in [plain, 987_654_321] {
+        let (status, body) = app
+            .get(
+                &format!("/api/v1/vouchers/{voucher}/orders/mine"),
+                Some(&app.shopper(42)),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::NOT_FOUND, "order_not_found"),
+            "voucher {voucher}"
+        );
+        assert!(!app.app().state().recovery.is_closed(voucher), "voucher {voucher}");
+    }
     app.shutdown().await;
 
     // A relay and worker start: the same order becomes `created`.
