@@ -59,6 +59,9 @@ pub struct Relay {
     /// entry carries the orders of one `reserve.lua` call, so a read asks for
     /// about `batch` orders' worth of entries ([`Relay::entries_per_read`]).
     per_entry: std::sync::atomic::AtomicUsize,
+    /// Outbox entries (stream, id) this relay could not read and left pending:
+    /// each counted and logged once.
+    unreadable: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 /// One outbox stream's key (a voucher's, or one of its shards').
@@ -73,6 +76,10 @@ pub struct Origin {
     /// earlier round (its entry is gone).
     pub entry: Option<(String, String)>,
 }
+
+/// The consumer that holds the outbox entries a relay could not read (see
+/// [`Relay::park_unreadable`]): no relay reads as it.
+pub const PARKED: &str = "unreadable";
 
 /// How often the relay re-reads the registry of outboxes.
 const REGISTRY_EVERY: Duration = Duration::from_secs(2);
@@ -136,6 +143,7 @@ impl Relay {
             slot_warned: Default::default(),
             reread: Default::default(),
             per_entry: std::sync::atomic::AtomicUsize::new(1),
+            unreadable: Default::default(),
         }
     }
 
@@ -145,6 +153,54 @@ impl Relay {
     /// wrote the entries carried one order each or a crowd's worth.
     fn entries_per_read(&self) -> usize {
         (self.batch / self.per_entry.load(std::sync::atomic::Ordering::Relaxed).max(1)).max(1)
+    }
+
+    /// An outbox entry this relay cannot read, left pending: the first time this
+    /// process meets it, counted (`worker_incidents_total{kind="unreadable_outbox_entry"}`)
+    /// and logged as an incident.
+    fn unreadable_met(&self, stream: &str, id: &str) {
+        let first = self
+            .unreadable
+            .lock()
+            .expect("unreadable poisoned")
+            .insert((stream.to_owned(), id.to_owned()));
+        if first {
+            self.metrics
+                .worker_incidents
+                .with_label_values(&["unreadable_outbox_entry"])
+                .inc();
+            tracing::error!(
+                stream = %stream,
+                id = %id,
+                "INCIDENT: an outbox entry this relay cannot read (a newer format, or not written by \
+                 reserve.lua) is left pending, never acknowledged: a relay that reads it claims it once \
+                 this one stops"
+            );
+        }
+    }
+
+    /// Hands entries this relay cannot read to the consumer [`PARKED`] (their
+    /// idle time starts again), out of this consumer's pending list: its re-reads of
+    /// its own pending entries (which start at the lowest id) would otherwise meet
+    /// them first every time, and never reach the readable entries behind them.
+    /// Any relay's claim takes them after the claim timeout: one that reads them
+    /// publishes them, one that does not parks them again. Should the hand-over
+    /// fail, they stay this consumer's, pending, and are parked at the next read.
+    async fn park_unreadable(&self, conn: &mut crate::redis_conn::Conn, entries: &HashMap<String, Vec<String>>) {
+        for (stream, ids) in entries {
+            let r: redis::RedisResult<redis::Value> = redis::cmd("XCLAIM")
+                .arg(stream)
+                .arg(crate::keys::RELAY_GROUP)
+                .arg(PARKED)
+                .arg(0)
+                .arg(ids)
+                .arg("JUSTID")
+                .query_async(conn)
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(outbox = %stream, error = %e, "parking unreadable outbox entries failed; they stay pending here");
+            }
+        }
     }
 
     /// Runs until `stop`. The round in progress finishes before it returns.
@@ -251,6 +307,7 @@ impl Relay {
         // The highest sequence read per shard: recorded with the intents, and this
         // process's floors raised to it once they are.
         let mut seen: HashMap<String, i64> = HashMap::new();
+        let mut unreadable: HashMap<String, Vec<String>> = HashMap::new();
         for stream in reply.map(|r| r.keys).unwrap_or_default() {
             let tag = self.keys.tag_of(&stream.key).unwrap_or_default().to_owned();
             for entry in stream.ids {
@@ -267,14 +324,23 @@ impl Relay {
                         };
                         orders.extend(e.orders.into_iter().map(|o| (o, origin.clone())));
                     }
-                    // Only reserve.lua writes here; an entry it did not write is logged
-                    // and dropped rather than blocking the outbox forever.
+                    // An entry this binary cannot read (a newer format during a
+                    // rolling upgrade, or one reserve.lua did not write) may hold
+                    // acknowledged orders: it is never acknowledged unread. It stays
+                    // pending, parked (see `park_unreadable`), so that a relay that
+                    // reads it claims it after the claim timeout; the other entries
+                    // go on. Counted and logged once per entry by this process.
                     None => {
-                        tracing::error!(stream = %stream.key, id = %entry.id, "dropping a malformed outbox entry")
+                        self.unreadable_met(&stream.key, &entry.id);
+                        unreadable.entry(stream.key.clone()).or_default().push(entry.id);
+                        continue;
                     }
                 }
                 done.entry(stream.key.clone()).or_default().push(entry.id);
             }
+        }
+        if !unreadable.is_empty() {
+            self.park_unreadable(&mut conn, &unreadable).await;
         }
         if entries > 0 {
             self.per_entry

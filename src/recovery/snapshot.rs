@@ -184,9 +184,17 @@ pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str) -> Re
             .context("reading an outbox")?;
         let n = reply.ids.len();
         for e in &reply.ids {
-            if let Some(entry) = crate::outbox::entry::parse(e) {
-                out.extend(entry.orders);
-            }
+            // An entry this binary cannot read may hold orders: counting without
+            // them would rebuild the sale with units sold twice. The repair fails
+            // (and is tried again) until a process that reads it repairs.
+            let Some(entry) = crate::outbox::entry::parse(e) else {
+                anyhow::bail!(
+                    "outbox {stream} holds entry {} that this binary cannot read (a newer format?): \
+                     not repairing from an incomplete count",
+                    e.id
+                );
+            };
+            out.extend(entry.orders);
         }
         match reply.ids.last() {
             Some(last) if n == 5000 => from = format!("({}", last.id),

@@ -107,3 +107,4 @@ async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
 mod generations;
 mod outages_and_acks;
 mod redelivery;
+mod unreadable;

@@ -1,0 +1,150 @@
+//! pipeline: `an_outbox_entry_the_relay_cannot_read_is_never_acknowledged`,
+//! `a_repair_does_not_count_an_outbox_it_cannot_read`.
+//!
+//! An outbox entry this binary cannot read (a newer format written during a
+//! rolling upgrade; here a synthetic one) may hold orders shoppers were told were
+//! accepted: it is never acknowledged or dropped unread, and never left out of a
+//! repair's count.
+use super::*;
+
+/// A sale's outbox with an entry of a format no relay of this binary reads
+/// between orders it does read: the relay publishes the readable orders, leaves
+/// the unreadable entry in the outbox, pending (parked, claimable by any relay
+/// after the claim timeout), counts one incident for it however often it meets it,
+/// and goes on publishing what comes after.
+#[tokio::test]
+async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    let outbox = ns.keys().outbox(v);
+    let mut conn = app.redis().await;
+    for u in 1..=2 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    let future: String = redis::cmd("XADD")
+        .arg(&outbox)
+        .arg("*")
+        .arg("v")
+        .arg(v)
+        .arg("z")
+        .arg("orders in a format of a later version")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for u in 3..=4 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    let state = app.app().state();
+    let relay = seckill::outbox::Relay::new(
+        seckill::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
+        },
+        state.keys.clone(),
+        state.cache.clone(),
+        "relay-of-an-older-version".into(),
+        &state.settings,
+        state.metrics.clone(),
+    );
+    let (broker, ch) = state.broker.open().await.unwrap();
+    ch.confirm_select(Default::default()).await.unwrap();
+    let incidents = "seckill_worker_incidents_total{kind=\"unreadable_outbox_entry\"}";
+    let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    assert_eq!(published, 4, "the four readable orders were published");
+    let left = |mut conn: seckill::redis_conn::Conn| {
+        let outbox = outbox.clone();
+        async move {
+            let r: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                .arg(&outbox)
+                .arg("-")
+                .arg("+")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            r.ids.into_iter().map(|e| e.id).collect::<Vec<String>>()
+        }
+    };
+    assert_eq!(
+        left(conn.clone()).await,
+        vec![future.clone()],
+        "only the unreadable entry is left"
+    );
+    // Pending, held by the parked consumer, not by the relay that read it.
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&outbox)
+        .arg(seckill::keys::RELAY_GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(
+        (&pending[0].0, pending[0].1.as_str()),
+        (&future, seckill::outbox::relay::PARKED)
+    );
+    assert_eq!(app.metric(incidents).await, 1.0, "one incident");
+    // Its own pending entries, then new ones: still never acknowledged, counted once,
+    // and what comes after still flows.
+    for u in 5..=6 {
+        assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    let again = relay.step(&ch, seckill::outbox::relay::Read::OwnPending).await.unwrap()
+        + relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    assert_eq!(again, 2, "the later orders were published");
+    assert_eq!(
+        left(conn.clone()).await,
+        vec![future.clone()],
+        "the unreadable entry is still there"
+    );
+    // Any relay's claim takes it: one that reads it would publish it.
+    let claimed: redis::Value = redis::cmd("XAUTOCLAIM")
+        .arg(&outbox)
+        .arg(seckill::keys::RELAY_GROUP)
+        .arg("relay-of-a-later-version")
+        .arg(0)
+        .arg("0-0")
+        .arg("JUSTID")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let claimed = format!("{claimed:?}");
+    assert!(claimed.contains(&future), "claimable: {claimed}");
+    assert_eq!(app.metric(incidents).await, 1.0, "counted once");
+    broker.close(200, "done".into()).await.unwrap();
+    app.shutdown().await;
+}
+
+/// A repair counts the orders in flight from the outboxes: one it cannot read
+/// fails the count (the repair is tried again, the sale stays closed) rather than
+/// rebuild the sale without those orders, whose units would be sold again.
+#[tokio::test]
+async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns).api_only().spawn().await;
+    let v = app.flash_sale(10).await;
+    let outbox = ns.keys().outbox(v);
+    let mut conn = app.redis().await;
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
+    let read = seckill::recovery::read_outbox(&mut conn, &outbox).await.unwrap();
+    assert_eq!(read.len(), 1, "the order in flight");
+    let _: String = redis::cmd("XADD")
+        .arg(&outbox)
+        .arg("*")
+        .arg("v")
+        .arg(v)
+        .arg("z")
+        .arg("orders in a format of a later version")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = seckill::recovery::read_outbox(&mut conn, &outbox)
+        .await
+        .expect_err("an outbox with an entry it cannot read is not counted");
+    assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
+    app.shutdown().await;
+}
