@@ -273,6 +273,84 @@ async fn the_worker_never_hides_an_id_or_number_collision() {
     assert_eq!(stock, 6);
 }
 
+/// Two shoppers' orders that share an id (ids issued twice) in one batch are two
+/// orders: both stored, the second under a fresh id (`issued_id` the id its
+/// shopper holds), counted as a collision; the batch delivered again stores
+/// nothing more. The same through the locked way (a batch beyond the stock, where
+/// orders already stored are set aside first): the stored one is set aside, the
+/// other is not taken for it.
+#[tokio::test]
+async fn two_orders_that_share_an_id_in_one_batch_are_both_stored() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |id: i64, user: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: v,
+        created_ms: now,
+        epoch: 0,
+    };
+    let ctx = ctx(&app);
+    let batch = [msg(9, 1), msg(9, 2)];
+    let o = persist(&ctx, &batch).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.failed, o.id_collisions), (2, 0, 0, 1));
+    let rows = |app: &TestApp| {
+        let pg = app.pg().clone();
+        async move {
+            let rows: Vec<(i64, i64, String, Option<i64>)> = sqlx::query_as(
+                "SELECT user_id, id, status, issued_id FROM voucher_orders WHERE voucher_id = $1 ORDER BY user_id",
+            )
+            .bind(v)
+            .fetch_all(&pg)
+            .await
+            .unwrap();
+            rows
+        }
+    };
+    let stored = rows(&app).await;
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    assert!(stored.iter().all(|r| r.2 == "created"), "{stored:?}");
+    // Each findable by the id its shopper holds.
+    assert!(stored.iter().all(|r| r.1 == 9 || r.3 == Some(9)), "{stored:?}");
+    assert_eq!(stored.iter().filter(|r| r.3 == Some(9)).count(), 1, "{stored:?}");
+    // Delivered again: both recognised, nothing more stored.
+    let o = persist(&ctx, &batch).await.unwrap();
+    assert_eq!((o.created, o.duplicates, o.id_collisions), (0, 2, 0));
+    assert_eq!(rows(&app).await, stored);
+
+    // The locked way: a sale with one unit left in Postgres, a batch of three
+    // (beyond the stock) whose first is stored already and whose second shares
+    // its id.
+    let w = app.flash_sale(2).await;
+    let at = |id: i64, user: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: w,
+        created_ms: now,
+        epoch: 0,
+    };
+    let o = persist(&ctx, &[at(30, 5)]).await.unwrap();
+    assert_eq!(o.created, 1);
+    let o = persist(&ctx, &[at(30, 5), at(30, 6), at(31, 7)]).await.unwrap();
+    assert_eq!(
+        (o.created, o.duplicates, o.id_collisions, o.failed),
+        (1, 1, 1, 1),
+        "the repeat set aside, the other order under id 30 created under a fresh id, the third beyond the stock"
+    );
+    let users: Vec<(i64, String)> =
+        sqlx::query_as("SELECT user_id, status FROM voucher_orders WHERE voucher_id = $1 ORDER BY user_id")
+            .bind(w)
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(
+        users,
+        vec![(5, "created".into()), (6, "created".into()), (7, "failed".into())]
+    );
+}
+
 /// A batch goes in whole when nothing in it is stored yet; when part of it is (a
 /// redelivery merged with new orders), that attempt is rolled back to its
 /// savepoint and the new orders are still created, each once, in the same

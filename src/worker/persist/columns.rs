@@ -1,5 +1,6 @@
 //! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders, or one
 //! binary `COPY` of them.
+use super::ctx::OrderKey;
 use crate::order::OrderMsg;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -66,9 +67,9 @@ impl Columns {
         self.failure.push(failure);
     }
 
-    /// Inserts the rows no constraint refuses; returns id -> status of those
-    /// inserted.
-    pub async fn insert(&self, conn: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+    /// Inserts the rows no constraint refuses; returns the [`OrderKey`] (with the
+    /// id the order was admitted with) -> status of those inserted.
+    pub async fn insert(&self, conn: &mut sqlx::PgConnection) -> Result<HashMap<OrderKey, String>, sqlx::Error> {
         self.insert_with(conn, "ON CONFLICT DO NOTHING").await
     }
 
@@ -83,10 +84,13 @@ impl Columns {
     /// rolled back to its savepoint and the rows no constraint refuses are
     /// inserted, the others skipped for the caller to settle. Returns `None` when
     /// the `COPY` stored every row with the status it was given, else what the
-    /// tolerant insert reports (id -> status of the rows it inserted).
+    /// tolerant insert reports (key -> status of the rows it inserted).
     ///
     /// Must run to its end (see [`super::persist`]).
-    pub async fn insert_in_tx(&self, tx: &mut sqlx::PgConnection) -> Result<Option<HashMap<i64, String>>, sqlx::Error> {
+    pub async fn insert_in_tx(
+        &self,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<Option<HashMap<OrderKey, String>>, sqlx::Error> {
         sqlx::query("SAVEPOINT fresh_orders").execute(&mut *tx).await?;
         let copied = async {
             let mut copy = tx.copy_in_raw(COPY).await?;
@@ -109,12 +113,14 @@ impl Columns {
         }
     }
 
-    /// Admitted id -> business number, of the rows given one.
-    pub fn numbered(&self) -> HashMap<i64, String> {
-        self.original
-            .iter()
-            .zip(&self.order_no)
-            .filter_map(|(id, n)| n.clone().map(|n| (*id, n)))
+    /// Order key (admitted id, shopper, voucher) -> business number, of the rows
+    /// given one.
+    pub fn numbered(&self) -> HashMap<OrderKey, String> {
+        (0..self.original.len())
+            .filter_map(|i| {
+                let n = self.order_no[i].clone()?;
+                Some(((self.original[i], self.user[i], self.voucher[i]), n))
+            })
             .collect()
     }
 
@@ -161,7 +167,7 @@ impl Columns {
     }
 
     /// Back to the savepoint, then the rows no constraint refuses.
-    async fn insert_again(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<i64, String>, sqlx::Error> {
+    async fn insert_again(&self, tx: &mut sqlx::PgConnection) -> Result<HashMap<OrderKey, String>, sqlx::Error> {
         sqlx::query("ROLLBACK TO SAVEPOINT fresh_orders")
             .execute(&mut *tx)
             .await?;
@@ -172,9 +178,9 @@ impl Columns {
         &self,
         tx: &mut sqlx::PgConnection,
         on_conflict: &str,
-    ) -> Result<HashMap<i64, String>, sqlx::Error> {
-        let sql = format!("{INSERT} {on_conflict} RETURNING id, status");
-        let rows: Vec<(i64, String)> = bind_columns!(sqlx::query_as(&sql), self).fetch_all(&mut *tx).await?;
-        Ok(rows.into_iter().collect())
+    ) -> Result<HashMap<OrderKey, String>, sqlx::Error> {
+        let sql = format!("{INSERT} {on_conflict} RETURNING coalesce(issued_id, id), user_id, voucher_id, status");
+        let rows: Vec<(i64, i64, i64, String)> = bind_columns!(sqlx::query_as(&sql), self).fetch_all(&mut *tx).await?;
+        Ok(rows.into_iter().map(|(id, u, v, s)| ((id, u, v), s)).collect())
     }
 }

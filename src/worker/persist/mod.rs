@@ -1,6 +1,8 @@
 //! Writes a batch of accepted orders to Postgres in one transaction.
 //!
-//! Idempotent on order id (a redelivered message inserts nothing twice) and guarded
+//! Idempotent on the order (its id, shopper and voucher: a redelivered message
+//! inserts nothing twice, and an order that only shares another's id is stored
+//! under a fresh one, never taken for a repeat) and guarded
 //! by the database: the vouchers' rows are locked, no voucher gets more orders than
 //! the stock Postgres has, and the unique index on a shopper's live order refuses a
 //! second one. Stock is decremented by the orders actually inserted. An order the
@@ -54,8 +56,10 @@ pub async fn persist(ctx: &Ctx, batch: &[OrderMsg]) -> Result<Outcome, PersistEr
 pub async fn persist_relayed(ctx: &Ctx, batch: &[OrderMsg], intents: &[i64]) -> Result<Outcome, PersistError> {
     let mut orders: Vec<OrderMsg> = batch.to_vec();
     orders.sort_by_key(|o| (o.created_ms, o.id));
+    // Repeats (a message delivered twice, merged into one batch) go once; two
+    // orders that share only an id are both kept (see `skipped`).
     let mut seen = HashSet::with_capacity(orders.len());
-    orders.retain(|o| seen.insert(o.id));
+    orders.retain(|o| seen.insert(ctx::key(o)));
     let outcome = Outcome {
         duplicates: batch.len() - orders.len(),
         ..Default::default()

@@ -4,7 +4,7 @@
 //! the shopper already has a live order (the unique index refused it: an incident,
 //! stored failed).
 use super::columns::Columns;
-use super::ctx::{order_numbers, Row};
+use super::ctx::{key, order_numbers, OrderKey, Row};
 use super::error::PersistError;
 use crate::order::OrderMsg;
 use crate::sequence::Sequences;
@@ -18,8 +18,9 @@ pub struct Settled {
     /// Every row was stored, under its own id, with the status it was given (the
     /// `COPY` met no conflict): `inserted` is empty and says nothing.
     as_given: bool,
-    /// Admitted id -> status of every row stored by this batch.
-    inserted: HashMap<i64, String>,
+    /// Order key (with the admitted id) -> status of every row stored by this
+    /// batch.
+    inserted: HashMap<OrderKey, String>,
     pub duplicates: usize,
     /// Orders stored under a fresh id.
     pub collided: Vec<OrderMsg>,
@@ -47,7 +48,7 @@ impl Settled {
         if self.as_given {
             Some(if failure.is_some() { "failed" } else { "created" })
         } else {
-            self.inserted.get(&o.id).map(String::as_str)
+            self.inserted.get(&key(o)).map(String::as_str)
         }
     }
 }
@@ -58,8 +59,8 @@ pub async fn settle(
     tx: &mut PgConnection,
     sequences: &Sequences,
     rows: &[Row],
-    inserted: HashMap<i64, String>,
-    mut numbered: HashMap<i64, String>,
+    inserted: HashMap<OrderKey, String>,
+    mut numbered: HashMap<OrderKey, String>,
 ) -> Result<Settled, PersistError> {
     let mut s = Settled {
         as_given: false,
@@ -70,14 +71,14 @@ pub async fn settle(
         refused: Vec::new(),
     };
     for _ in 0..4 {
-        let skipped: Vec<&Row> = rows.iter().filter(|(o, _)| !s.inserted.contains_key(&o.id)).collect();
+        let skipped: Vec<&Row> = rows.iter().filter(|(o, _)| !s.inserted.contains_key(&key(o))).collect();
         if skipped.is_empty() {
             break;
         }
         let holders = holders(tx, &skipped).await?;
         let nos: Vec<String> = skipped
             .iter()
-            .filter_map(|(o, _)| numbered.get(&o.id).cloned())
+            .filter_map(|(o, _)| numbered.get(&key(o)).cloned())
             .collect();
         let taken_nos: HashSet<String> =
             sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE order_no = ANY($1)")
@@ -92,23 +93,23 @@ pub async fn settle(
             match holders.get(&o.id) {
                 Some(h) if h.contains(&(o.user_id, o.voucher_id)) => {
                     s.duplicates += 1;
-                    s.inserted.insert(o.id, "duplicate".into());
+                    s.inserted.insert(key(o), "duplicate".into());
                 }
                 Some(_) => {
                     let fresh: i64 = sqlx::query_scalar("SELECT (1::bigint << 62) + nextval('order_reissued_ids')")
                         .fetch_one(&mut *tx)
                         .await?;
-                    if s.collided.iter().any(|c| c.id == o.id) {
+                    if s.collided.iter().any(|c| key(c) == key(o)) {
                         // Refused again under its fresh id: the shopper has another
                         // live order.
                         retry.push_as(o, fresh, Some(SECOND_ORDER.into()), None);
                         s.refused.push(*o);
                     } else {
                         s.collided.push(*o);
-                        retry.push_as(o, fresh, failure.map(str::to_owned), numbered.get(&o.id).cloned());
+                        retry.push_as(o, fresh, failure.map(str::to_owned), numbered.get(&key(o)).cloned());
                     }
                 }
-                None if numbered.get(&o.id).is_some_and(|n| taken_nos.contains(n)) => renumber.push(*o),
+                None if numbered.get(&key(o)).is_some_and(|n| taken_nos.contains(n)) => renumber.push(*o),
                 None => {
                     retry.push(o, Some(SECOND_ORDER.into()), None);
                     s.refused.push(*o);
@@ -122,17 +123,12 @@ pub async fn settle(
             );
             s.renumbered += renumber.len();
             for (o, n) in renumber.iter().zip(order_numbers(sequences, renumber.len()).await?) {
-                numbered.insert(o.id, n.clone());
+                numbered.insert(key(o), n.clone());
                 retry.push(o, None, Some(n));
             }
         }
         if !retry.id.is_empty() {
-            let done = retry.insert(&mut *tx).await?;
-            for (i, id) in retry.id.iter().enumerate() {
-                if let Some(status) = done.get(id) {
-                    s.inserted.insert(retry.original[i], status.clone());
-                }
-            }
+            s.inserted.extend(retry.insert(&mut *tx).await?);
         }
     }
     s.inserted.retain(|_, status| status != "duplicate");

@@ -2,7 +2,7 @@
 //! it ([`super::locked`] and [`super::unlocked`]): the vouchers' stock (read, or
 //! locked), storing the rows, and taking the units.
 use super::columns::Columns;
-use super::ctx::{order_numbers, Ctx, Outcome, Row};
+use super::ctx::{key, order_numbers, Ctx, OrderKey, Outcome, Row};
 use super::error::PersistError;
 use super::skipped::{self, Settled};
 use crate::order::OrderMsg;
@@ -64,13 +64,18 @@ pub(super) async fn store(
     Ok((settled, units))
 }
 
-pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashSet<i64>, sqlx::Error> {
-    Ok(sqlx::query_scalar("SELECT id FROM voucher_orders WHERE id = ANY($1)")
-        .bind(ids)
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect())
+/// The keys of the stored orders admitted under `ids` (those stored under their
+/// own id, and those reissued from it).
+pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashSet<OrderKey>, sqlx::Error> {
+    Ok(sqlx::query_as(
+        "SELECT coalesce(issued_id, id), user_id, voucher_id FROM voucher_orders
+          WHERE id = ANY($1) OR issued_id = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect())
 }
 
 /// Locks the batch's vouchers (in id order, so that two workers never wait on each
@@ -113,8 +118,9 @@ pub(super) async fn drop_stored_beyond_stock(
         return Ok(0);
     }
     let stored = existing(tx, &beyond_stock).await?;
-    orders.retain(|o| !stored.contains(&o.id));
-    Ok(stored.len())
+    let before = orders.len();
+    orders.retain(|o| !stored.contains(&key(o)));
+    Ok(before - orders.len())
 }
 
 /// Each order with the reason the database refuses it, if it does: within stock, in
