@@ -3,6 +3,8 @@
 -- KEYS[1] stock   KEYS[2] buyers (user id -> "live order id:created_ms")
 -- KEYS[3] returned (set of order ids)   KEYS[4] the shard's sequence
 -- ARGV[1] order id   ARGV[2] user id   ARGV[3] the caller's floor for the shard
+-- ARGV[4] the id the shopper's mark names (the id they were given; differs from
+--         ARGV[1] for an order stored under a fresh id; absent: ARGV[1])
 --
 -- Returns {code, seq}: code 1 if the unit went back now, 0 if this order's unit was
 -- already returned, -1 if the shard's stock is not loaded (Redis lost it, or a
@@ -29,7 +31,7 @@ redis.call('SADD', KEYS[3], ARGV[1])
 redis.call('INCR', KEYS[1])
 -- A mark is "id:created_ms" (or, written by an older version, the id).
 local mark = redis.call('HGET', KEYS[2], ARGV[2])
-if mark and string.match(mark, '^[^:]*') == ARGV[1] then
+if mark and string.match(mark, '^[^:]*') == (ARGV[4] or ARGV[1]) then
   redis.call('HDEL', KEYS[2], ARGV[2])
 end
 return {1, redis.call('INCR', KEYS[4])}

@@ -55,9 +55,14 @@ pub struct Lifecycle {
 /// A unit on its way back to Redis.
 #[derive(Clone, Copy, Debug, sqlx::FromRow)]
 pub struct StockReturn {
+    /// The order's id in Postgres (`stock_returns`' key; what the shard's
+    /// `returned` set holds).
     pub order_id: i64,
     pub voucher_id: i64,
     pub user_id: i64,
+    /// The id its shopper was given, which their mark names (differs from
+    /// `order_id` for an order stored under a fresh id).
+    pub mark_id: i64,
 }
 
 impl Lifecycle {
@@ -66,7 +71,7 @@ impl Lifecycle {
     pub async fn pay(&self, order_id: i64, user_id: i64) -> Result<Option<Order>> {
         sqlx::query_as(&format!(
             "UPDATE voucher_orders SET status = 'paid', paid_at = now()
-              WHERE id = $1 AND user_id = $2 AND status = 'created'
+              WHERE (id = $1 OR issued_id = $1) AND user_id = $2 AND status = 'created'
           RETURNING {ORDER_COLUMNS}"
         ))
         .bind(order_id)
@@ -87,26 +92,36 @@ impl Lifecycle {
             Canceller::Owner(u) => Some(u),
             Canceller::Timeout => None,
         };
-        // An order's voucher never changes: reading it unlocked is enough to find
-        // the row to lock. No row (no such order) locks nothing; the update below
-        // then finds nothing either.
-        sqlx::query(
-            "SELECT stock FROM seckill_vouchers
-              WHERE voucher_id = (SELECT voucher_id FROM voucher_orders WHERE id = $1)
-                FOR UPDATE",
+        // The order its shopper knows as `order_id` (see `status::by_id`), still
+        // `created`: its row in Postgres. An order's voucher never changes: reading
+        // it unlocked is enough to find the row to lock. No row (no such order, or
+        // not `created`) locks nothing.
+        let row: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT id, voucher_id FROM voucher_orders
+              WHERE (id = $1 OR issued_id = $1) AND status = 'created' AND ($2::bigint IS NULL OR user_id = $2)
+              ORDER BY (id = $1) DESC, id LIMIT 1",
         )
         .bind(order_id)
+        .bind(owner)
         .fetch_optional(&mut *tx)
         .await
-        .context("locking the order's voucher")?;
+        .context("finding the order to cancel")?;
+        let Some((stored_id, voucher_id)) = row else {
+            return Ok(None);
+        };
+        sqlx::query("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1 FOR UPDATE")
+            .bind(voucher_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .context("locking the order's voucher")?;
         let order: Option<Order> = sqlx::query_as(&format!(
             "UPDATE voucher_orders
                 SET status = 'cancelled', cancelled_at = now(),
                     cancelled_by = CASE WHEN $2::bigint IS NULL THEN 'timeout' ELSE 'owner' END
-              WHERE id = $1 AND status = 'created' AND ($2::bigint IS NULL OR user_id = $2)
+              WHERE id = $1 AND status = 'created'
           RETURNING {ORDER_COLUMNS}"
         ))
-        .bind(order_id)
+        .bind(stored_id)
         .bind(owner)
         .fetch_optional(&mut *tx)
         .await
@@ -117,9 +132,10 @@ impl Lifecycle {
             .execute(&mut *tx)
             .await?;
         let ret = StockReturn {
-            order_id: order.id,
+            order_id: stored_id,
             voucher_id: order.voucher_id,
             user_id: order.user_id,
+            mark_id: order.id,
         };
         sqlx::query("INSERT INTO stock_returns (order_id, voucher_id, user_id) VALUES ($1, $2, $3)")
             .bind(ret.order_id)
@@ -152,6 +168,7 @@ impl Lifecycle {
             .arg(ret.order_id)
             .arg(ret.user_id)
             .arg(self.recovery.floors.get(&tag))
+            .arg(ret.mark_id)
             .invoke_async(&mut conn)
             .await
             .context("stock_return.lua")?;
@@ -200,9 +217,10 @@ impl Lifecycle {
     /// Finishes returns a crash interrupted (older than `min_age`). Returns how many.
     pub async fn recover_returns(&self, min_age: Duration) -> Result<usize> {
         let pending: Vec<StockReturn> = sqlx::query_as(
-            "SELECT order_id, voucher_id, user_id FROM stock_returns
-              WHERE done_at IS NULL AND created_at < now() - make_interval(secs => $1)
-              ORDER BY created_at LIMIT 1000",
+            "SELECT r.order_id, r.voucher_id, r.user_id, coalesce(o.issued_id, o.id) AS mark_id
+               FROM stock_returns r JOIN voucher_orders o ON o.id = r.order_id
+              WHERE r.done_at IS NULL AND r.created_at < now() - make_interval(secs => $1)
+              ORDER BY r.created_at LIMIT 1000",
         )
         .bind(min_age.as_secs_f64())
         .fetch_all(&self.pg)

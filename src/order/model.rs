@@ -117,4 +117,8 @@ impl Order {
     }
 }
 
-pub const ORDER_COLUMNS: &str = "id, order_no, voucher_id, user_id, status, created_at, paid_at, cancelled_at";
+/// An order's columns as the API shows them: `id` is the id its shopper was given
+/// (for an order stored under a fresh id because another order already had its
+/// own, `issued_id`).
+pub const ORDER_COLUMNS: &str =
+    "coalesce(issued_id, id) AS id, order_no, voucher_id, user_id, status, created_at, paid_at, cancelled_at";

@@ -68,7 +68,9 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
         for id in batch.order_ids {
             // A failure (Postgres or Redis down) leaves the message unacknowledged:
             // the connection is dropped and the message delivered again later.
-            if lifecycle.cancel(id, Canceller::Timeout).await?.is_some() {
+            // Every unpaid order its shoppers know by this id: should two share it
+            // (ids issued twice), both were admitted in the same second.
+            while lifecycle.cancel(id, Canceller::Timeout).await?.is_some() {
                 cancelled += 1;
             }
         }

@@ -90,4 +90,5 @@ async fn voucher_without_an_event(app: &TestApp) -> i64 {
 
 mod crowd_and_window;
 mod marks;
+mod shared_ids;
 mod sold_out_flag;
