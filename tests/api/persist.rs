@@ -351,6 +351,41 @@ async fn two_orders_that_share_an_id_in_one_batch_are_both_stored() {
     );
 }
 
+/// A relay's intent naming two shoppers' orders that share an id is swept only
+/// once both are stored: the one stored under that id is not taken for the other
+/// (whose order a repair must still count as in flight until it arrives).
+#[tokio::test]
+async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |id: i64, user: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: v,
+        created_ms: now,
+        epoch: 0,
+    };
+    let ctx = ctx(&app);
+    let keys = app.app().state().keys.clone();
+    let intent = seckill::outbox::relay::intent::record(app.pg(), keys.namespace(), &[msg(40, 1), msg(40, 2)], &[])
+        .await
+        .unwrap();
+    assert!(intent.is_some(), "recorded");
+    let sweep = || seckill::outbox::relay::intent::sweep(app.pg(), keys.namespace());
+    assert_eq!(sweep().await.unwrap(), 0, "nothing stored yet");
+    assert_eq!(persist(&ctx, &[msg(40, 1)]).await.unwrap().created, 1);
+    assert_eq!(
+        sweep().await.unwrap(),
+        0,
+        "shopper 2's order under id 40 is not stored yet"
+    );
+    let o = persist(&ctx, &[msg(40, 2)]).await.unwrap();
+    assert_eq!((o.created, o.id_collisions), (1, 1));
+    assert_eq!(sweep().await.unwrap(), 1, "both stored (the second under a fresh id)");
+}
+
 /// A batch goes in whole when nothing in it is stored yet; when part of it is (a
 /// redelivery merged with new orders), that attempt is rolled back to its
 /// savepoint and the new orders are still created, each once, in the same
