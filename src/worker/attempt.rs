@@ -42,9 +42,13 @@ impl Worker {
         self.metrics
             .worker_batch_orders
             .observe((o.created + o.duplicates + o.failed) as f64);
+        // An order stored `failed` is one Redis admitted and its shopper was told
+        // was accepted: an incident, always (each also logged, naming the order,
+        // by `persist`).
         for (kind, n) in [
             ("id_collision", o.id_collisions),
             ("number_collision", o.number_collisions),
+            ("failed", o.failed),
         ] {
             if n > 0 {
                 self.metrics

@@ -22,8 +22,20 @@ impl Worker {
         match persist::store_failed(&self.ctx.pg, orders, &reason).await {
             Ok(n) => {
                 tracing::error!(error = %e, orders = orders.len(), stored = n, "INCIDENT: an order message was refused; its orders are stored as failed");
+                for o in orders {
+                    tracing::error!(
+                        order_id = o.id,
+                        user_id = o.user_id,
+                        voucher_id = o.voucher_id,
+                        "INCIDENT: an order of a refused message is stored as failed"
+                    );
+                }
                 self.metrics
                     .orders_persisted
+                    .with_label_values(&["failed"])
+                    .inc_by(n as u64);
+                self.metrics
+                    .worker_incidents
                     .with_label_values(&["failed"])
                     .inc_by(n as u64);
                 d.ack(BasicAckOptions::default()).await?;

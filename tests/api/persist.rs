@@ -5,6 +5,7 @@ use crate::helpers::*;
 use seckill::order::model::OrderMsg;
 use seckill::worker::persist::{persist, persist_relayed, Ctx};
 use std::collections::HashSet;
+use std::time::Duration;
 
 /// What the instance's worker persists with (its background pool).
 fn ctx(app: &TestApp) -> Ctx {
@@ -384,6 +385,32 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     let o = persist(&ctx, &[msg(40, 2)]).await.unwrap();
     assert_eq!((o.created, o.id_collisions), (1, 1));
     assert_eq!(sweep().await.unwrap(), 1, "both stored (the second under a fresh id)");
+}
+
+/// An order the worker stores `failed` (Postgres has no stock left for it: Redis
+/// and Postgres out of step) moves the worker's incident counter.
+#[tokio::test]
+async fn a_failed_order_is_counted_as_an_incident() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    sqlx::query("UPDATE seckill_vouchers SET stock = 0 WHERE voucher_id = $1")
+        .bind(v)
+        .execute(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(app.order(v, 1).await.0, reqwest::StatusCode::ACCEPTED);
+    let failed = "seckill_worker_incidents_total{kind=\"failed\"}";
+    let counted = eventually(Duration::from_secs(20), || async {
+        (app.metric(failed).await == 1.0).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "the failed order counted as an incident");
+    let status: String = sqlx::query_scalar("SELECT status FROM voucher_orders WHERE user_id = 1")
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(status, "failed");
 }
 
 /// A batch goes in whole when nothing in it is stored yet; when part of it is (a

@@ -135,7 +135,14 @@ pub async fn assert_no_incidents(scenario: &str, bases: &[&str]) {
                 .sum()
         };
         batches += value("seckill_worker_batch_orders_count");
-        for kind in ["id_collision", "number_collision", "dead_lettered", "late_conflict"] {
+        for kind in [
+            "id_collision",
+            "number_collision",
+            "dead_lettered",
+            "late_conflict",
+            "failed",
+            "unreadable_outbox_entry",
+        ] {
             let n = value(&format!("seckill_worker_incidents_total{{kind=\"{kind}\"}}"));
             assert_eq!(n, 0.0, "{scenario}: the worker at {base} met {n} {kind} incident(s)");
         }
