@@ -39,8 +39,12 @@ static RETURN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 pub enum Canceller {
     /// The owner, through the API.
     Owner(i64),
-    /// The payment window ran out.
+    /// The payment window ran out (its timeout message names the id the shopper
+    /// holds).
     Timeout,
+    /// The backstop of lost timeout messages ([`Lifecycle::sweep_unpaid`]): the
+    /// order stored under exactly this id.
+    Stale,
 }
 
 #[derive(Clone)]
@@ -71,7 +75,10 @@ impl Lifecycle {
     pub async fn pay(&self, order_id: i64, user_id: i64) -> Result<Option<Order>> {
         sqlx::query_as(&format!(
             "UPDATE voucher_orders SET status = 'paid', paid_at = now()
-              WHERE (id = $1 OR issued_id = $1) AND user_id = $2 AND status = 'created'
+              WHERE id = (SELECT o.id FROM voucher_orders o
+                           WHERE (o.id = $1 OR o.issued_id = $1) AND o.user_id = $2
+                           ORDER BY (o.id = $1) DESC, o.id LIMIT 1)
+                AND status = 'created'
           RETURNING {ORDER_COLUMNS}"
         ))
         .bind(order_id)
@@ -90,21 +97,44 @@ impl Lifecycle {
         let mut tx = self.pg.begin().await?;
         let owner = match by {
             Canceller::Owner(u) => Some(u),
-            Canceller::Timeout => None,
+            Canceller::Timeout | Canceller::Stale => None,
         };
-        // The order its shopper knows as `order_id` (see `status::by_id`), still
-        // `created`: its row in Postgres. An order's voucher never changes: reading
-        // it unlocked is enough to find the row to lock. No row (no such order, or
-        // not `created`) locks nothing.
-        let row: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT id, voucher_id FROM voucher_orders
-              WHERE (id = $1 OR issued_id = $1) AND status = 'created' AND ($2::bigint IS NULL OR user_id = $2)
-              ORDER BY (id = $1) DESC, id LIMIT 1",
-        )
-        .bind(order_id)
-        .bind(owner)
-        .fetch_optional(&mut *tx)
-        .await
+        // The order's row in Postgres. The owner's: the one `status::by_id` shows
+        // them under `order_id`, whatever its status (so that a retried cancel
+        // never reaches a second order under the same id). A timeout's: an unpaid
+        // one its shopper knows as `order_id` (its consumer cancels until none is
+        // left). The sweep's: the row stored under `order_id` itself. An order's
+        // voucher never changes: reading it unlocked is enough to find the row to
+        // lock. No row locks nothing; the update below then finds nothing either.
+        let row: Option<(i64, i64)> = match by {
+            Canceller::Owner(u) => {
+                sqlx::query_as(
+                    "SELECT id, voucher_id FROM voucher_orders
+                      WHERE (id = $1 OR issued_id = $1) AND user_id = $2
+                      ORDER BY (id = $1) DESC, id LIMIT 1",
+                )
+                .bind(order_id)
+                .bind(u)
+                .fetch_optional(&mut *tx)
+                .await
+            }
+            Canceller::Timeout => {
+                sqlx::query_as(
+                    "SELECT id, voucher_id FROM voucher_orders
+                      WHERE (id = $1 OR issued_id = $1) AND status = 'created'
+                      ORDER BY (id = $1) DESC, id LIMIT 1",
+                )
+                .bind(order_id)
+                .fetch_optional(&mut *tx)
+                .await
+            }
+            Canceller::Stale => {
+                sqlx::query_as("SELECT id, voucher_id FROM voucher_orders WHERE id = $1")
+                    .bind(order_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+            }
+        }
         .context("finding the order to cancel")?;
         let Some((stored_id, voucher_id)) = row else {
             return Ok(None);
@@ -261,7 +291,7 @@ impl Lifecycle {
         .context("finding unpaid orders")?;
         let mut n = 0;
         for id in stale {
-            if self.cancel(id, Canceller::Timeout).await?.is_some() {
+            if self.cancel(id, Canceller::Stale).await?.is_some() {
                 n += 1;
             }
         }

@@ -20,17 +20,26 @@ use std::sync::Arc;
 
 /// The stored order its shopper knows as `order_id` (the id it was given: its own,
 /// or the `issued_id` of an order stored under a fresh id), of `owner` only when
-/// given. Should two orders hold one id (ids issued twice), an owner finds their
-/// own; an admin (`owner` None) finds the one stored under that id, and the other
-/// by the fresh id it was stored under, or by its shopper.
-pub async fn by_id(db: impl PgExecutor<'_>, order_id: i64, owner: Option<i64>) -> Result<Option<Order>, sqlx::Error> {
+/// given, of `voucher` only when given. Should two orders hold one id (ids issued
+/// twice), an owner finds their own; an admin (`owner` None) finds the one stored
+/// under that id, and the other by the fresh id it was stored under, or by its
+/// shopper. Always the same one of several (the one stored under that id first,
+/// then the lowest stored id): what pay and cancel act on too.
+pub async fn by_id(
+    db: impl PgExecutor<'_>,
+    order_id: i64,
+    owner: Option<i64>,
+    voucher: Option<i64>,
+) -> Result<Option<Order>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {ORDER_COLUMNS} FROM voucher_orders
           WHERE (id = $1 OR issued_id = $1) AND ($2::bigint IS NULL OR user_id = $2)
+            AND ($3::bigint IS NULL OR voucher_id = $3)
           ORDER BY (voucher_orders.id = $1) DESC, voucher_orders.id LIMIT 1"
     ))
     .bind(order_id)
     .bind(owner)
+    .bind(voucher)
     .fetch_optional(db)
     .await
 }
@@ -54,13 +63,13 @@ impl Lookup {
     /// Postgres is read again when Redis has no mark naming the order: it may have
     /// been stored, and its mark removed by a cancellation, between the two reads.
     pub async fn find(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
-        if let Some(o) = by_id(&self.pg, order_id, owner).await? {
+        if let Some(o) = by_id(&self.pg, order_id, owner, None).await? {
             return Ok(Some(o));
         }
         if let Some(o) = self.pending_by_id(order_id, owner).await? {
             return Ok(Some(o));
         }
-        Ok(by_id(&self.pg, order_id, owner).await?)
+        Ok(by_id(&self.pg, order_id, owner, None).await?)
     }
 
     /// Finds a pending order by id among the flash sales whose window contains the
@@ -191,7 +200,7 @@ impl Lookup {
             .await
             .context("reading the shopper's order mark")?;
         if let Some((order_id, ms)) = live.as_deref().and_then(parse_mark) {
-            if let Some(o) = by_id(&self.pg, order_id, Some(user_id)).await? {
+            if let Some(o) = by_id(&self.pg, order_id, Some(user_id), Some(voucher_id)).await? {
                 return Ok(Some(o));
             }
             return Ok(Some(Order::pending(order_id, voucher_id, user_id, ms)));
@@ -225,7 +234,7 @@ impl Lookup {
 async fn latest(pg: &PgPool, voucher_id: i64, user_id: i64) -> Result<Option<Order>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {ORDER_COLUMNS} FROM voucher_orders WHERE user_id = $1 AND voucher_id = $2
-         ORDER BY created_at DESC, id DESC LIMIT 1"
+         ORDER BY created_at DESC, voucher_orders.id DESC LIMIT 1"
     ))
     .bind(user_id)
     .bind(voucher_id)

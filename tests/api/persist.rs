@@ -413,6 +413,89 @@ async fn a_failed_order_is_counted_as_an_incident() {
     assert_eq!(status, "failed");
 }
 
+/// A refused message's orders are stored `failed` each once: one whose id
+/// another shopper's order holds is stored under a fresh id, not skipped.
+#[tokio::test]
+async fn a_refused_message_stores_an_order_whose_id_another_holds() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let v = app.flash_sale(10).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |id: i64, user: i64| OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: v,
+        created_ms: now,
+        epoch: 0,
+    };
+    assert_eq!(persist(&ctx(&app), &[msg(50, 1)]).await.unwrap().created, 1);
+    let stored = seckill::worker::persist::store_failed(app.pg(), &[msg(50, 2), msg(50, 2)], "refused")
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "shopper 2's order, once");
+    let again = seckill::worker::persist::store_failed(app.pg(), &[msg(50, 2)], "refused")
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "stored already");
+    let (status, issued): (String, Option<i64>) =
+        sqlx::query_as("SELECT status, issued_id FROM voucher_orders WHERE user_id = 2")
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), issued), ("failed", Some(50)));
+}
+
+/// One shopper with two orders under one id (two sales; ids issued twice): the id
+/// names one of them, always the same (the one stored under it): a second pay or
+/// a cancel after the pay is refused, never applied to the other order.
+#[tokio::test]
+async fn one_id_names_one_order_of_its_shopper() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let (v, w) = (app.flash_sale(10).await, app.flash_sale(10).await);
+    let now = chrono::Utc::now().timestamp_millis();
+    let msg = |voucher_id: i64| OrderMsg {
+        id: 60,
+        user_id: 1,
+        voucher_id,
+        created_ms: now,
+        epoch: 0,
+    };
+    let ctx = ctx(&app);
+    assert_eq!(persist(&ctx, &[msg(v)]).await.unwrap().created, 1);
+    let o = persist(&ctx, &[msg(w)]).await.unwrap();
+    assert_eq!((o.created, o.id_collisions), (1, 1));
+    let me = app.shopper(1);
+    let (s, body) = app.get("/api/v1/orders/60", Some(&me)).await;
+    assert_eq!(
+        (s, body["voucher_id"].as_str()),
+        (reqwest::StatusCode::OK, Some(v.to_string().as_str())),
+        "{body}"
+    );
+    let (s, body) = app
+        .post("/api/v1/orders/60/pay", Some(&me), serde_json::json!({}))
+        .await;
+    assert_eq!(
+        (s, body["status"].as_str()),
+        (reqwest::StatusCode::OK, Some("paid")),
+        "{body}"
+    );
+    let (s, body) = app
+        .post("/api/v1/orders/60/pay", Some(&me), serde_json::json!({}))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::CONFLICT, "{body}");
+    let (s, body) = app
+        .post("/api/v1/orders/60/cancel", Some(&me), serde_json::json!({}))
+        .await;
+    assert_eq!(s, reqwest::StatusCode::CONFLICT, "{body}");
+    let statuses: Vec<(i64, String)> =
+        sqlx::query_as("SELECT voucher_id, status FROM voucher_orders WHERE user_id = 1 ORDER BY voucher_id")
+            .fetch_all(app.pg())
+            .await
+            .unwrap();
+    assert_eq!(statuses, vec![(v, "paid".into()), (w, "created".into())]);
+}
+
 /// A batch goes in whole when nothing in it is stored yet; when part of it is (a
 /// redelivery merged with new orders), that attempt is rolled back to its
 /// savepoint and the new orders are still created, each once, in the same

@@ -80,7 +80,7 @@ pub async fn record(
 }
 
 /// Deletes the intents whose orders are all in `voucher_orders` (under their id, or
-/// under a fresh one with `issued_id` naming it, as the shopper the intent names:
+/// under a fresh one with `issued_id` naming it, as the shopper and sale the intent names:
 /// another shopper's order under the same id is not theirs; nothing of them can
 /// still arrive); returns how many. An intent of an older version names no
 /// shoppers: its orders are matched by id alone. Safe at any time: a stored order stays stored. The worker
@@ -91,10 +91,11 @@ pub async fn record(
 pub async fn sweep(pg: &PgPool, namespace: &str) -> Result<u64> {
     Ok(sqlx::query(
         "DELETE FROM relay_intents i WHERE i.namespace = $1
-            AND NOT EXISTS (SELECT 1 FROM unnest(i.order_ids, i.user_ids) AS x(id, u) WHERE x.id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM unnest(i.order_ids, i.user_ids, i.voucher_ids) AS x(id, u, v)
+                             WHERE x.id IS NOT NULL
                 AND NOT EXISTS (SELECT 1 FROM voucher_orders o
                                  WHERE (o.id = x.id OR o.issued_id = x.id)
-                                   AND (x.u IS NULL OR o.user_id = x.u)))",
+                                   AND (x.u IS NULL OR (o.user_id = x.u AND o.voucher_id = x.v))))",
     )
     .bind(namespace)
     .execute(pg)

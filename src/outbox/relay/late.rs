@@ -115,10 +115,10 @@ impl Relay {
         self.hold(&gone);
         let stored = self.stored(&gone).await?;
         let mut failed: Vec<(OrderMsg, String)> = Vec::new();
-        let mut settled: HashSet<(i64, i64)> = HashSet::new();
+        let mut settled: HashSet<(i64, i64, i64)> = HashSet::new();
         for (o, origin) in &gone {
-            if stored.contains(&(o.id, o.user_id)) {
-                settled.insert((o.id, o.user_id));
+            if stored.contains(&(o.id, o.user_id, o.voucher_id)) {
+                settled.insert((o.id, o.user_id, o.voucher_id));
                 continue;
             }
             if self.recovery.is_closed(o.voucher_id) {
@@ -130,7 +130,7 @@ impl Relay {
             match code {
                 1 | 2 => {
                     self.recovery.floors.raise(&origin.tag, seq);
-                    settled.insert((o.id, o.user_id));
+                    settled.insert((o.id, o.user_id, o.voucher_id));
                 }
                 0 => failed.push((*o, origin.tag.clone())),
                 -4 => self
@@ -161,7 +161,7 @@ impl Relay {
                     .context("counting late orders that cannot be honoured")?;
             }
             for o in &orders {
-                settled.insert((o.id, o.user_id));
+                settled.insert((o.id, o.user_id, o.voucher_id));
                 self.metrics
                     .worker_incidents
                     .with_label_values(&["late_conflict"])
@@ -178,15 +178,15 @@ impl Relay {
         self.held
             .lock()
             .expect("held poisoned")
-            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id)));
+            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id, o.voucher_id)));
         Ok(publish)
     }
 
-    /// Which of `orders` Postgres holds, as (id its shopper holds, shopper).
-    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<(i64, i64)>> {
+    /// Which of `orders` Postgres holds, as (id its shopper holds, shopper, voucher).
+    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<(i64, i64, i64)>> {
         let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id).collect();
-        let rows: Vec<(i64, Option<i64>, i64)> = sqlx::query_as(
-            "SELECT id, issued_id, user_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
+        let rows: Vec<(i64, Option<i64>, i64, i64)> = sqlx::query_as(
+            "SELECT id, issued_id, user_id, voucher_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
         )
         .bind(&ids)
         .fetch_all(&self.pg)
@@ -194,7 +194,7 @@ impl Relay {
         .context("looking for late orders in Postgres")?;
         Ok(rows
             .into_iter()
-            .flat_map(|(id, issued, user)| [Some((id, user)), issued.map(|i| (i, user))])
+            .flat_map(|(id, issued, user, voucher)| [Some((id, user, voucher)), issued.map(|i| (i, user, voucher))])
             .flatten()
             .collect())
     }
@@ -203,7 +203,10 @@ impl Relay {
     pub(super) fn hold(&self, orders: &[(OrderMsg, Origin)]) {
         let mut held = self.held.lock().expect("held poisoned");
         for (o, origin) in orders {
-            if !held.iter().any(|(h, _)| h.id == o.id && h.user_id == o.user_id) {
+            if !held
+                .iter()
+                .any(|(h, _)| h.id == o.id && h.user_id == o.user_id && h.voucher_id == o.voucher_id)
+            {
                 held.push((
                     *o,
                     Origin {

@@ -1,15 +1,43 @@
 //! Messages the database refuses as such: their orders stored `failed`.
 use super::columns::Columns;
+use super::ctx::key;
+use super::steps::existing;
 use crate::order::OrderMsg;
 use sqlx::PgPool;
+use std::collections::HashSet;
 
 /// Stores orders as `failed` with `reason` (a message the database refuses as
-/// such); skips any that conflict with a stored row. Returns how many were stored.
+/// such). An order stored already (the same id, shopper and voucher) is skipped;
+/// one whose id another order holds (ids issued twice) is stored under a fresh id,
+/// `issued_id` the one its shopper holds, never skipped. Returns how many were
+/// stored.
 pub async fn store_failed(pg: &PgPool, orders: &[OrderMsg], reason: &str) -> Result<usize, sqlx::Error> {
+    let mut seen = HashSet::new();
+    let orders: Vec<&OrderMsg> = orders.iter().filter(|o| seen.insert(key(o))).collect();
     let mut cols = Columns::default();
-    for o in orders {
+    for o in &orders {
         cols.push(o, Some(reason.to_owned()), None);
     }
     let mut conn = pg.acquire().await?;
-    Ok(cols.insert(&mut conn).await?.len())
+    let inserted = cols.insert(&mut conn).await?;
+    let left: Vec<&OrderMsg> = orders.into_iter().filter(|o| !inserted.contains_key(&key(o))).collect();
+    if left.is_empty() {
+        return Ok(inserted.len());
+    }
+    let ids: Vec<i64> = left.iter().map(|o| o.id).collect();
+    let stored = existing(&mut conn, &ids).await?;
+    let mut again = Columns::default();
+    for o in left.into_iter().filter(|o| !stored.contains(&key(o))) {
+        let fresh: i64 = sqlx::query_scalar("SELECT (1::bigint << 62) + nextval('order_reissued_ids')")
+            .fetch_one(&mut *conn)
+            .await?;
+        tracing::error!(
+            order_id = o.id,
+            user_id = o.user_id,
+            voucher_id = o.voucher_id,
+            "INCIDENT: another order already had this id (ids issued twice); stored failed under a fresh id"
+        );
+        again.push_as(o, fresh, Some(reason.to_owned()), None);
+    }
+    Ok(inserted.len() + again.insert(&mut conn).await?.len())
 }
