@@ -1,5 +1,6 @@
 //! pipeline: `an_outbox_entry_the_relay_cannot_read_is_never_acknowledged`,
-//! `a_repair_does_not_count_an_outbox_it_cannot_read`.
+//! `a_repair_does_not_count_an_outbox_it_cannot_read`,
+//! `a_claim_reaches_a_dead_relays_entry_behind_parked_ones`.
 //!
 //! An outbox entry this binary cannot read (a newer format written during a
 //! rolling upgrade; here a synthetic one) may hold orders shoppers were told were
@@ -146,5 +147,91 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
         .await
         .expect_err("an outbox with an entry it cannot read is not counted");
     assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
+    app.shutdown().await;
+}
+
+/// Entries parked just now (pending, not idle) at the head of an outbox's pending
+/// list, more than one `XAUTOCLAIM` call looks at (ten times its `COUNT`, the
+/// relay's batch): a claim still reaches the entry a dead relay left behind them.
+#[tokio::test]
+async fn a_claim_reaches_a_dead_relays_entry_behind_parked_ones() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .api_only()
+        .env("SECKILL_RELAY_BATCH", "2")
+        .env("SECKILL_RELAY_CLAIM_IDLE_MS", "100")
+        .spawn()
+        .await;
+    let v = app.flash_sale(10).await;
+    let outbox = ns.keys().outbox(v);
+    let mut conn = app.redis().await;
+    let group = seckill::keys::RELAY_GROUP;
+    let mut parked = Vec::new();
+    for i in 0..50 {
+        let id: String = redis::cmd("XADD")
+            .arg(&outbox)
+            .arg("*")
+            .arg("z")
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        parked.push(id);
+    }
+    // An order behind them, read by a relay that then died.
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg("dead-relay")
+        .arg("STREAMS")
+        .arg(&outbox)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The unreadable ones handed back to the parked consumer just now: not idle.
+    let _: redis::Value = redis::cmd("XCLAIM")
+        .arg(&outbox)
+        .arg(group)
+        .arg(seckill::outbox::relay::PARKED)
+        .arg(0)
+        .arg(&parked)
+        .arg("JUSTID")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let state = app.app().state();
+    let relay = seckill::outbox::Relay::new(
+        seckill::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
+        },
+        state.keys.clone(),
+        state.cache.clone(),
+        "relay-alive".into(),
+        &state.settings,
+        state.metrics.clone(),
+    );
+    assert_eq!(
+        relay.claim().await.unwrap(),
+        1,
+        "the dead relay's entry, behind 50 parked ones"
+    );
+    let pending: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(&outbox)
+        .arg(group)
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .arg("relay-alive")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert!(!parked.contains(&pending[0].0));
     app.shutdown().await;
 }
