@@ -150,6 +150,14 @@ impl Recovery {
     /// Every shard's stock key and sequence, against this process's floors and the
     /// sale's generation.
     async fn health(&self, voucher: i64, shards: u32, gen: i64) -> Result<Health> {
+        // The floors as they stand before Redis is read: a floor is a sequence some
+        // reply carried, so each is at most what the shard held when it is read,
+        // unless the shard went back. Read after, a floor raised meanwhile by an
+        // order of this process would be above the sequence read before it: a
+        // healthy shard taken for one that went back.
+        let floors: Vec<i64> = (0..shards)
+            .map(|k| self.floors.get(&crate::keys::shard_tag(voucher, k, shards)))
+            .collect();
         let mut conn = self.redis.conn().await?;
         let mut pipe = redis::pipe();
         for k in 0..shards {
@@ -171,14 +179,13 @@ impl Recovery {
             missing: Vec::new(),
             behind: Vec::new(),
         };
-        for (k, (exists, seq)) in reply.into_iter().enumerate() {
+        for ((k, (exists, seq)), floor) in reply.into_iter().enumerate().zip(floors) {
             let k = k as u32;
-            let tag = crate::keys::shard_tag(voucher, k, shards);
             let seq = seq.unwrap_or(0);
             if !exists {
                 health.missing.push(k);
             }
-            if seq < self.floors.get(&tag).max(gen * GEN) {
+            if seq < floor.max(gen * GEN) {
                 health.behind.push(k);
             }
         }
