@@ -17,6 +17,17 @@ fn ctx(app: &TestApp) -> Ctx {
     }
 }
 
+/// An order admitted now, of `user` for `voucher`, under `id`.
+fn order(id: i64, user: i64, voucher: i64) -> OrderMsg {
+    OrderMsg {
+        id,
+        user_id: user,
+        voucher_id: voucher,
+        created_ms: chrono::Utc::now().timestamp_millis(),
+        epoch: 0,
+    }
+}
+
 /// The database's own guard, fed directly: a batch redelivered after the sale sold
 /// out is recognised as duplicates (not failures); orders beyond Postgres's stock and
 /// a second order of one shopper become `failed`; stock is never negative.
@@ -285,14 +296,7 @@ async fn two_orders_that_share_an_id_in_one_batch_are_both_stored() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(10).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    let msg = |id: i64, user: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: v,
-        created_ms: now,
-        epoch: 0,
-    };
+    let msg = |id, user| order(id, user, v);
     let ctx = ctx(&app);
     let batch = [msg(9, 1), msg(9, 2)];
     let o = persist(&ctx, &batch).await.unwrap();
@@ -325,13 +329,7 @@ async fn two_orders_that_share_an_id_in_one_batch_are_both_stored() {
     // (beyond the stock) whose first is stored already and whose second shares
     // its id.
     let w = app.flash_sale(2).await;
-    let at = |id: i64, user: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: w,
-        created_ms: now,
-        epoch: 0,
-    };
+    let at = |id, user| order(id, user, w);
     let o = persist(&ctx, &[at(30, 5)]).await.unwrap();
     assert_eq!(o.created, 1);
     let o = persist(&ctx, &[at(30, 5), at(30, 6), at(31, 7)]).await.unwrap();
@@ -360,14 +358,7 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(10).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    let msg = |id: i64, user: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: v,
-        created_ms: now,
-        epoch: 0,
-    };
+    let msg = |id, user| order(id, user, v);
     let ctx = ctx(&app);
     let keys = app.app().state().keys.clone();
     let intent = seckill::outbox::relay::intent::record(app.pg(), keys.namespace(), &[msg(40, 1), msg(40, 2)], &[])
@@ -420,14 +411,7 @@ async fn a_refused_message_stores_an_order_whose_id_another_holds() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(10).await;
-    let now = chrono::Utc::now().timestamp_millis();
-    let msg = |id: i64, user: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: v,
-        created_ms: now,
-        epoch: 0,
-    };
+    let msg = |id, user| order(id, user, v);
     assert_eq!(persist(&ctx(&app), &[msg(50, 1)]).await.unwrap().created, 1);
     let stored = seckill::worker::persist::store_failed(app.pg(), &[msg(50, 2), msg(50, 2)], "refused")
         .await
@@ -453,14 +437,7 @@ async fn one_id_names_one_order_of_its_shopper() {
     let ns = Namespace::new().await;
     let app = TestApp::spawn(&ns).await;
     let (v, w) = (app.flash_sale(10).await, app.flash_sale(10).await);
-    let now = chrono::Utc::now().timestamp_millis();
-    let msg = |voucher_id: i64| OrderMsg {
-        id: 60,
-        user_id: 1,
-        voucher_id,
-        created_ms: now,
-        epoch: 0,
-    };
+    let msg = |voucher| order(60, 1, voucher);
     let ctx = ctx(&app);
     assert_eq!(persist(&ctx, &[msg(v)]).await.unwrap().created, 1);
     let o = persist(&ctx, &[msg(w)]).await.unwrap();

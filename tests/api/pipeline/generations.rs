@@ -10,24 +10,6 @@
 //! settles each itself (`src/outbox/relay/late.rs`).
 use super::*;
 
-/// A relay of the test's own on `app`'s connections.
-fn relay(app: &TestApp, name: &str) -> seckill::outbox::Relay {
-    let state = app.app().state();
-    seckill::outbox::Relay::new(
-        seckill::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
-            recovery: state.recovery.clone(),
-        },
-        state.keys.clone(),
-        state.cache.clone(),
-        name.into(),
-        &state.settings,
-        state.metrics.clone(),
-    )
-}
-
 /// The intent statement refuses orders of a generation older than their sale's,
 /// and records those of its generation.
 #[tokio::test]

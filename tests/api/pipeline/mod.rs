@@ -14,6 +14,24 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A relay of the test's own on `app`'s connections.
+fn relay(app: &TestApp, name: &str) -> seckill::outbox::Relay {
+    let state = app.app().state();
+    seckill::outbox::Relay::new(
+        seckill::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
+        },
+        state.keys.clone(),
+        state.cache.clone(),
+        name.into(),
+        &state.settings,
+        state.metrics.clone(),
+    )
+}
+
 async fn persisted(app: &TestApp, v: i64) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND status = 'created'")
         .bind(v)

@@ -37,19 +37,7 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
         assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
     }
     let state = app.app().state();
-    let relay = seckill::outbox::Relay::new(
-        seckill::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
-            recovery: state.recovery.clone(),
-        },
-        state.keys.clone(),
-        state.cache.clone(),
-        "relay-of-an-older-version".into(),
-        &state.settings,
-        state.metrics.clone(),
-    );
+    let relay = relay(&app, "relay-of-an-older-version");
     let (broker, ch) = state.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let incidents = "seckill_worker_incidents_total{kind=\"unreadable_outbox_entry\"}";
@@ -202,20 +190,7 @@ async fn a_claim_reaches_a_dead_relays_entry_behind_parked_ones() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let state = app.app().state();
-    let relay = seckill::outbox::Relay::new(
-        seckill::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
-            recovery: state.recovery.clone(),
-        },
-        state.keys.clone(),
-        state.cache.clone(),
-        "relay-alive".into(),
-        &state.settings,
-        state.metrics.clone(),
-    );
+    let relay = relay(&app, "relay-alive");
     assert_eq!(
         relay.claim().await.unwrap(),
         1,
