@@ -8,8 +8,10 @@
 #
 # --rev: also run that revision's lua/reserve.lua, for a before/after in one run:
 # one order per call for a script of the old shape (user, order id, created_ms,
-# voucher id), calls of 1 and 16 for a batch script (three values per order, or
-# today's: the call's outbox entry, then a user and a mark per order).
+# voucher id), calls of 1 and 16 for a batch script (three values per order; the
+# call's outbox entry, then a user and a mark per order; the same after the
+# shard's floor (and its sequence key); or today's: the same with the outbox
+# format after the entry).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV="" REQUESTS=200000
@@ -28,7 +30,7 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR
 until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
 
-# run <label> <sha> <orders per call> <stock> <shape: single|triples|marks>
+# run <label> <sha> <orders per call> <stock> <shape: single|triples|marks|floor|format>
 run() {
   local label=$1 sha=$2 per=$3 stock=$4 shape=$5
   cli flushall >/dev/null
@@ -40,7 +42,7 @@ run() {
     triples)
       args=(1)
       for _ in $(seq "$per"); do args+=(__rand_int__ __rand_int__ 1700000000000); done ;;
-    marks)
+    marks|floor|format)
       # Each order's id and user are random (a new shopper each); the entry is
       # as long as the service's (ids of 18 digits), its content unread by Redis.
       local entry=""
@@ -48,12 +50,18 @@ run() {
         entry+="${entry:+,}392993493313650689,__rand_int__,1700000000000"
         args+=(__rand_int__ "__rand_int__:1700000000000")
       done
-      args=(1 "$entry" "${args[@]}") ;;
+      case "$shape" in
+        marks) args=(1 "$entry" "${args[@]}") ;;
+        floor) args=(1 0 "$entry" "${args[@]}") ;;
+        format) args=(1 0 "$entry" 2 "${args[@]}") ;;
+      esac ;;
   esac
+  local keys=('{v1}:stock' '{v1}:buyers' '{v1}:admitted' '{v1}:outbox')
+  case "$shape" in floor|format) keys+=('{v1}:seq') ;; esac
   local calls=$((REQUESTS / per))
   local rps
   rps=$(redis-benchmark -p "$PORT" -n "$calls" -c 50 -P 4 -r 1000000000 -q --csv \
-    EVALSHA "$sha" 4 '{v1}:stock' '{v1}:buyers' '{v1}:admitted' '{v1}:outbox' "${args[@]}" |
+    EVALSHA "$sha" "${#keys[@]}" "${keys[@]}" "${args[@]}" |
     tail -1 | grep -o '","[0-9.]*"' | head -1 | tr -d '",')
   local usec
   usec=$(cli info commandstats | grep '^cmdstat_evalsha:' | sed 's/.*usec_per_call=\([0-9.]*\).*/\1/')
@@ -65,7 +73,11 @@ NEW=$(cli script load "$(cat lua/reserve.lua)")
 if [ -n "$REV" ]; then
   OLD_SRC=$(git show "$REV:lua/reserve.lua")
   OLD=$(cli script load "$OLD_SRC")
-  if grep -q 'two values per order' <<<"$OLD_SRC"; then
+  if grep -q 'the outbox format to write' <<<"$OLD_SRC"; then
+    OLD_SHAPE=format
+  elif grep -q "the caller's floor" <<<"$OLD_SRC"; then
+    OLD_SHAPE=floor
+  elif grep -q 'two values per order' <<<"$OLD_SRC"; then
     OLD_SHAPE=marks
   elif grep -q 'three values per order' <<<"$OLD_SRC"; then
     OLD_SHAPE=triples
@@ -83,6 +95,6 @@ if [ -n "$REV" ]; then
   fi
 fi
 for per in 1 16; do
-  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 marks
-  run "reserve.lua, refusing" "$NEW" "$per" 0 marks
+  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 format
+  run "reserve.lua, refusing" "$NEW" "$per" 0 format
 done
