@@ -8,6 +8,8 @@
 -- ARGV[1] voucher id  ARGV[2] user id  ARGV[3] order id  ARGV[4] created_ms
 -- ARGV[5] the caller's floor: at least the sale's generation * 2^32, so that a
 --         shard the sale's last repair has not reset yet is refused
+-- ARGV[6] the outbox format to write (src/outbox/format.rs; absent or 1: no `f`
+--         field, as before formats were stamped)
 --
 -- Returns {code, seq}: code 1 if the shard counts the order now (a unit and the
 -- shopper's mark were free and are taken, and the order is in the outbox again), 2
@@ -42,7 +44,11 @@ local next = seq + 1
 redis.call('DECR', KEYS[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3] .. ':' .. ARGV[4])
 redis.call('INCR', KEYS[3])
-redis.call('XADD', KEYS[5], '*', 'v', ARGV[1], 'b', ARGV[3] .. ',' .. ARGV[2] .. ',' .. ARGV[4],
-  's', string.format('%.0f', next))
+local entry = {'v', ARGV[1], 'b', ARGV[3] .. ',' .. ARGV[2] .. ',' .. ARGV[4], 's', string.format('%.0f', next)}
+if ARGV[6] and ARGV[6] ~= '1' then
+  entry[7] = 'f'
+  entry[8] = ARGV[6]
+end
+redis.call('XADD', KEYS[5], '*', unpack(entry))
 redis.call('SET', KEYS[6], string.format('%.0f', next))
 return {1, next}

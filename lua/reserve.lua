@@ -8,13 +8,16 @@
 -- KEYS[4] outbox    the shard's outbox stream, read by the relay: one entry per call
 --                   that accepted any order, fields `v` the voucher id, `b` the
 --                   accepted orders as "id,user,created_ms,id,user,created_ms,..."
---                   and `s` the shard's sequence after the call
+--                   and `s` the shard's sequence after the call; from format 2 on,
+--                   field `f` the format (src/outbox/format.rs)
 -- KEYS[5] seq       the shard's sequence (see src/recovery/): gen * 2^32 + writes
 -- ARGV[1] voucher id
 -- ARGV[2] the caller's floor: the highest sequence of this shard it has seen
 -- ARGV[3] the outbox entry's `b` for the call's orders, all of them, in order
 --         (what the entry holds when every order is accepted; the caller builds
 --         it from the same orders as the marks)
+-- ARGV[4] the outbox format to write: 1 (no `f` field) or newer (stamped in `f`);
+--         the caller writes only a format every live relay reads
 -- then for each order two values: the user id and its mark, "order_id:created_ms"
 --
 -- Returns {status, seq, replies...}:
@@ -59,9 +62,17 @@
 -- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
 -- now, and an admin's lookup of an order not yet in Postgres, which scans the
 -- marks now (src/order/status.rs).
-local n = (#ARGV - 3) / 2
+local n = (#ARGV - 4) / 2
 if n ~= math.floor(n) or n > 1000 then
-  return redis.error_reply('reserve.lua: a voucher id, a floor, an outbox entry and two values per order, at most 1000 orders')
+  return redis.error_reply('reserve.lua: a voucher id, a floor, an outbox entry, a format and two values per order, at most 1000 orders')
+end
+-- The outbox entry of the call's orders `b`, its sequence `s`.
+local function append(b, s)
+  if ARGV[4] == '1' then
+    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s)
+  else
+    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s, 'f', ARGV[4])
+  end
 end
 local seq = tonumber(redis.call('GET', KEYS[5]) or '0')
 if seq < tonumber(ARGV[2]) then
@@ -84,12 +95,12 @@ stock = tonumber(stock)
 -- call from Lua into Redis costs about as much as the check it makes).
 local users = {}
 for i = 1, n do
-  users[i] = ARGV[2 * i + 2]
+  users[i] = ARGV[2 * i + 3]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
 -- The common case while a sale lasts: n distinct shoppers, none of whom holds an
 -- order, and n units left. Then every order is accepted, in order, and the writes
--- are the call's arguments as they are: the marks are ARGV[4..], the outbox entry
+-- are the call's arguments as they are: the marks are ARGV[5..], the outbox entry
 -- ARGV[3]. Lua then builds no string and writes no table entry per order but the
 -- shopper's: in a cost run the script's own Lua work, not its Redis commands, was
 -- about 60 % of its time (INFO commandstats, docs/PERFORMANCE.md).
@@ -107,9 +118,9 @@ if all then
 end
 if all then
   redis.call('DECRBY', KEYS[1], n)
-  redis.call('HSET', KEYS[2], unpack(ARGV, 4, 3 + 2 * n))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 5, 4 + 2 * n))
   redis.call('INCRBY', KEYS[3], n)
-  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', ARGV[3], 's', string.format('%.0f', seq + 1))
+  append(ARGV[3], string.format('%.0f', seq + 1))
   out[2] = redis.call('INCR', KEYS[5])
   for i = 1, n do
     out[i + 2] = stock - i
@@ -130,7 +141,7 @@ for i = 1, n do
   elseif stock <= 0 then
     out[i + 2] = -1
   else
-    local mark = ARGV[2 * i + 3]
+    local mark = ARGV[2 * i + 4]
     local id = string.match(mark, '^[^:]*')
     stock = stock - 1
     taken = taken + 1
@@ -147,7 +158,7 @@ if taken > 0 then
   redis.call('DECRBY', KEYS[1], taken)
   redis.call('HSET', KEYS[2], unpack(marks))
   redis.call('INCRBY', KEYS[3], taken)
-  redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', table.concat(packed, ','), 's', string.format('%.0f', seq + 1))
+  append(table.concat(packed, ','), string.format('%.0f', seq + 1))
   out[2] = redis.call('INCR', KEYS[5])
 end
 return out

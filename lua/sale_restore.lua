@@ -16,8 +16,10 @@
 --                               the marks ("order:created_ms"), the count of
 --                               admitted orders (set, not added), the returned
 --                               orders, the top-ups Postgres had committed
---   requeue voucher, orders:    append an outbox entry of `orders` ("id,user,created_ms,...",
---                               as reserve.lua writes them) with the shard's sequence
+--   requeue voucher, orders[, format]:
+--                               append an outbox entry of `orders` ("id,user,created_ms,...",
+--                               as reserve.lua writes them) with the shard's sequence,
+--                               in `format` (src/outbox/format.rs; absent or 1: no `f`)
 --   open  stock, group:         set the stock (re-opens the shard), make the group exist
 --
 -- Returns {1, seq} when done (seq: the sequence now, to pass to the next step), or
@@ -66,7 +68,12 @@ if op == 'fill' then
 end
 if op == 'requeue' then
   local next = redis.call('INCR', KEYS[6])
-  redis.call('XADD', KEYS[5], '*', 'v', ARGV[4], 'b', ARGV[5], 's', string.format('%.0f', next))
+  local entry = {'v', ARGV[4], 'b', ARGV[5], 's', string.format('%.0f', next)}
+  if ARGV[6] and ARGV[6] ~= '1' then
+    entry[7] = 'f'
+    entry[8] = ARGV[6]
+  end
+  redis.call('XADD', KEYS[5], '*', unpack(entry))
   return {1, next}
 end
 if op == 'open' then

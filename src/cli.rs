@@ -37,6 +37,30 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+    /// The outbox format fence: the format writers write and the processes
+    /// announced as reading outbox entries (see `docs/OPERATIONS.md`).
+    OutboxFormats {
+        #[command(subcommand)]
+        action: Option<FormatAction>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FormatAction {
+    /// Lists the decision and the announced processes (the default).
+    List,
+    /// Declares a crashed process gone: its announcement no longer holds the
+    /// format writers write back.
+    Forget {
+        /// The process, as `seckill outbox-formats` lists it.
+        process: String,
+    },
+    /// Lowers the format writers write (a rollback to an older binary); refused
+    /// while a process that reads a newer one is announced.
+    Lower {
+        #[arg(long)]
+        to: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -97,7 +121,47 @@ pub fn run(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             Command::Token { .. } => unreachable!("handled above"),
+            Command::OutboxFormats { action } => {
+                let pg = app::pg_pool(&settings)?;
+                return outbox_formats(&pg, action.unwrap_or(FormatAction::List)).await;
+            }
         };
         Application::build(settings, mode).await?.run_until_stopped().await
     })
+}
+
+/// `seckill outbox-formats`.
+async fn outbox_formats(pg: &sqlx::PgPool, action: FormatAction) -> Result<()> {
+    use crate::outbox::format;
+    match action {
+        FormatAction::List => {
+            let (writes, by, procs) = format::list(pg).await?;
+            println!("writers write outbox format {writes} (decided by {by})");
+            println!(
+                "{:<34} {:>5} {:<6} {:<20} {:>8} {:<25} seen",
+                "process", "reads", "mode", "host", "pid", "started"
+            );
+            for p in procs {
+                println!(
+                    "{:<34} {:>5} {:<6} {:<20} {:>8} {:<25} {}",
+                    p.process,
+                    p.reads,
+                    p.mode,
+                    p.host,
+                    p.pid,
+                    p.started_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    p.seen_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                );
+            }
+        }
+        FormatAction::Forget { process } => {
+            anyhow::ensure!(format::forget(pg, &process).await?, "no process {process} is announced");
+            println!("{process} declared gone");
+        }
+        FormatAction::Lower { to } => {
+            format::lower(pg, to, "seckill outbox-formats lower").await?;
+            println!("writers write outbox format {to} from their next check on");
+        }
+    }
+    Ok(())
 }

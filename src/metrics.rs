@@ -19,6 +19,8 @@ pub struct Metrics {
     /// Orders per call of the order script (coalesced per shard).
     pub reserve_batch: Histogram,
     pub outbox_backlog: IntGauge,
+    /// The outbox format this process writes now (`crate::outbox::format`).
+    pub outbox_format_written: IntGauge,
     pub relay_lag_seconds: Histogram,
     pub relay_published: IntCounter,
     /// Publisher confirms by result: ack, nack, returned, error.
@@ -89,6 +91,14 @@ impl Metrics {
                         "Orders carried by one call of the order script (those that gathered at the shard while the previous call was in flight)",
                     )
                     .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+                )
+                .unwrap(),
+            ),
+            outbox_format_written: reg(
+                &r,
+                IntGauge::new(
+                    "outbox_format_written",
+                    "The outbox entry format this process writes now: the recorded decision, at most what it reads",
                 )
                 .unwrap(),
             ),

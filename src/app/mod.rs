@@ -122,6 +122,8 @@ impl Application {
         self.stop.cancel();
         let deadline = tokio::time::Instant::now() + SHUTDOWN_DEADLINE;
         self.tasks.stop(SHUTDOWN_DEADLINE).await;
+        // Nothing of this process reads or writes outbox entries any more.
+        self.state.recovery.formats.deregister().await;
         // Lock watchdogs and releases, id block fetches: the rest of the same deadline.
         for tracker in [self.state.locks.tasks(), self.state.ids.tasks()] {
             tracker.close();

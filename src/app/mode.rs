@@ -22,6 +22,14 @@ impl Mode {
     pub(super) fn works(self) -> bool {
         self != Mode::Serve
     }
+    /// Its subcommand's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::All => "all",
+            Mode::Serve => "serve",
+            Mode::Worker => "worker",
+        }
+    }
 }
 
 /// Knobs tests turn; production uses the defaults.

@@ -88,12 +88,32 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     );
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let formats = Arc::new(crate::outbox::format::Formats::new(
+        background_pg.clone(),
+        instance.clone(),
+        mode.name(),
+        settings.outbox_format,
+        metrics.outbox_format_written.clone(),
+    ));
+    // Before any outbox entry is read or written: announce the formats this
+    // process reads (refused, and the process stops, if writers are past them).
+    match tokio::time::timeout(Duration::from_secs(10), formats.register()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(refused @ crate::outbox::format::Refused::TooOld { .. })) => return Err(refused.into()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "outbox formats not announced yet; relaying waits, retrying in the background")
+        }
+        Err(_) => tracing::warn!(
+            "outbox formats not announced yet (Postgres slow); relaying waits, retrying in the background"
+        ),
+    }
     let recovery = Arc::new(crate::recovery::Recovery::new(
         redis.clone(),
         background_pg.clone(),
         keys.clone(),
         cache.clone(),
         metrics.clone(),
+        formats,
     ));
     // Before the first order: the floors Postgres recorded (a process that starts
     // after Redis went back in time must know what the relays saw), and the sales

@@ -151,6 +151,12 @@ pub fn spawn_all(
             state.metrics.clone(),
         ))
     });
+    {
+        // Announces the outbox formats this process reads, and raises the one
+        // writers write once every announced process reads it.
+        let (recovery, stop) = (state.recovery.clone(), stop.clone());
+        tasks.spawn("outbox formats", async move { recovery.formats.run(stop).await });
+    }
     tasks.spawn(
         "clock skew",
         state

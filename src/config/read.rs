@@ -79,6 +79,13 @@ impl Settings {
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 10_000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
             id_block: num(&var, "SECKILL_ID_BLOCK", 10_000, 1, 1_000_000)? as u32,
+            outbox_format: num(
+                &var,
+                "SECKILL_OUTBOX_FORMAT",
+                crate::outbox::format::NEWEST as u64,
+                1,
+                crate::outbox::format::NEWEST as u64,
+            )? as u32,
             worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
             lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
             user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),

@@ -63,6 +63,10 @@ pub struct Settings {
     pub delivery_limit: u32,
     /// Order ids one reservation in Postgres takes (a process holds two blocks).
     pub id_block: u32,
+    /// The newest outbox format this process reads and writes (at most this
+    /// binary's; lower only to act as an older version, see
+    /// `crate::outbox::format`).
+    pub outbox_format: u32,
     /// How long a worker holds a batch it cannot persist before handing it back.
     pub worker_hold_limit: Duration,
     /// Lease of watchdog-kept locks (renewed every third of it).

@@ -202,7 +202,12 @@ impl Reserver {
         };
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
-        let args = script_args(gate.voucher, gate.floor.load(Ordering::Acquire), asks);
+        let args = script_args(
+            gate.voucher,
+            gate.floor.load(Ordering::Acquire),
+            self.recovery.formats.writes(),
+            asks,
+        );
         // Once more on a new connection when this one turned out to be dead (Redis
         // restarted, failed over): the server may well be up again. Safe: a call
         // that did run the first time finds each of its shoppers marked with the
@@ -283,13 +288,14 @@ impl Reserver {
 }
 
 /// `reserve.lua`'s arguments for `asks`: the voucher, the caller's floor for the
-/// shard, the outbox entry of every order ("id,user,created_ms,..."), then each
-/// order's user and mark ("id:created_ms"). The entry and the marks come from the
+/// shard, the outbox entry of every order ("id,user,created_ms,..."), the outbox
+/// format to write (see `crate::outbox::format`), then each order's user and mark
+/// ("id:created_ms"). The entry and the marks come from the
 /// same asks here, in one place: the script writes them as they are when it
 /// accepts every order.
-fn script_args(voucher: i64, floor: i64, asks: &[Ask]) -> Vec<String> {
+fn script_args(voucher: i64, floor: i64, format: u32, asks: &[Ask]) -> Vec<String> {
     use std::fmt::Write;
-    let mut args = Vec::with_capacity(3 + 2 * asks.len());
+    let mut args = Vec::with_capacity(4 + 2 * asks.len());
     args.push(voucher.to_string());
     args.push(floor.to_string());
     let mut entry = String::with_capacity(48 * asks.len());
@@ -300,6 +306,7 @@ fn script_args(voucher: i64, floor: i64, asks: &[Ask]) -> Vec<String> {
         let _ = write!(entry, "{},{},{}", a.order_id, a.user_id, a.created_ms);
     }
     args.push(entry);
+    args.push(format.to_string());
     for a in asks {
         args.push(a.user_id.to_string());
         args.push(format!("{}:{}", a.order_id, a.created_ms));

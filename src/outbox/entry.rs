@@ -13,7 +13,9 @@ pub struct Entry {
     pub seq: Option<i64>,
 }
 
-/// The orders of one outbox entry, or `None` if `reserve.lua` did not write it.
+/// The orders of one outbox entry, or `None` if `reserve.lua` did not write it, or
+/// wrote it in a format newer than `reads` (see [`crate::outbox::format`]: field `f`,
+/// absent in format 1).
 ///
 /// An entry carries the orders one call of the script accepted: field `v` the
 /// voucher, field `b` "id,user,created_ms" per order, all comma-separated, and `s`
@@ -21,7 +23,13 @@ pub struct Entry {
 /// entries (fields `o`, `u`, `v`, `t`: one order) is read too, for outboxes an
 /// older binary wrote. Each order carries the generation of the sequence
 /// ([`OrderMsg::epoch`]).
-pub fn parse(entry: &StreamId) -> Option<Entry> {
+pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
+    if entry.map.contains_key("f") {
+        let format: u32 = entry.get("f")?;
+        if format > reads || format < 2 {
+            return None;
+        }
+    }
     let voucher_id: i64 = entry.get("v")?;
     let seq: Option<i64> = match entry.map.get("s") {
         None => None,
@@ -61,8 +69,12 @@ pub fn parse(entry: &StreamId) -> Option<Entry> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use crate::outbox::format::NEWEST;
     use redis::{streams::StreamId, Value};
+
+    fn parse(e: &StreamId) -> Option<super::Entry> {
+        super::parse(e, NEWEST)
+    }
 
     fn entry(fields: &[(&str, &str)]) -> StreamId {
         StreamId {
@@ -111,8 +123,22 @@ mod tests {
             vec![("b", "11,1,100")],
             vec![("o", "11"), ("v", "7")],
             vec![("v", "7"), ("b", "11,1,100"), ("s", "x")],
+            vec![("v", "7"), ("b", "11,1,100"), ("f", "x")],
+            vec![("v", "7"), ("b", "11,1,100"), ("f", "1")],
+            vec![("v", "7"), ("b", "11,1,100"), ("f", "3")],
         ] {
             assert!(parse(&entry(&bad)).is_none(), "{bad:?}");
         }
+    }
+
+    /// A stamped entry is read by a process that reads its format, and by no
+    /// process that reads older ones only (a relay of a version before it).
+    #[test]
+    fn a_stamped_entry_is_read_up_to_the_format_a_process_reads() {
+        let e = entry(&[("v", "7"), ("b", "11,1,100"), ("s", "5"), ("f", "2")]);
+        assert_eq!(super::parse(&e, 2).unwrap().orders[0].id, 11);
+        assert!(super::parse(&e, 1).is_none());
+        let unstamped = entry(&[("v", "7"), ("b", "11,1,100"), ("s", "5")]);
+        assert_eq!(super::parse(&unstamped, 1).unwrap().orders[0].id, 11);
     }
 }

@@ -8,6 +8,7 @@
 //! longer than the claim timeout, taken over with XAUTOCLAIM). A message published
 //! twice is harmless: the worker inserts by order id.
 pub mod entry;
+pub mod format;
 pub mod relay;
 
 pub use relay::Relay;

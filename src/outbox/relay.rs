@@ -173,8 +173,8 @@ impl Relay {
                 stream = %stream,
                 id = %id,
                 "INCIDENT: an outbox entry this relay cannot read (a newer format, or not written by \
-                 reserve.lua) is left pending, never acknowledged: a relay that reads it claims it once \
-                 this one stops"
+                 reserve.lua) is left pending, parked, never acknowledged: a relay that reads it claims it \
+                 after the claim timeout"
             );
         }
     }
@@ -205,6 +205,12 @@ impl Relay {
 
     /// Runs until `stop`. The round in progress finishes before it returns.
     pub async fn run(&self, stop: CancellationToken) {
+        // No entry is read before this process announced the formats it reads
+        // (see `crate::outbox::format`).
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = self.recovery.formats.registered() => {}
+        }
         crate::supervise::supervise("relay", &stop, || self.run_connected(&stop)).await
     }
 
@@ -311,7 +317,7 @@ impl Relay {
         for stream in reply.map(|r| r.keys).unwrap_or_default() {
             let tag = self.keys.tag_of(&stream.key).unwrap_or_default().to_owned();
             for entry in stream.ids {
-                match crate::outbox::entry::parse(&entry) {
+                match crate::outbox::entry::parse(&entry, self.recovery.formats.reads()) {
                     Some(e) => {
                         entries += 1;
                         if let Some(seq) = e.seq {

@@ -30,6 +30,9 @@ pub struct Recovery {
     pub keys: Keys,
     pub cache: Arc<VoucherCache>,
     pub metrics: Arc<Metrics>,
+    /// The outbox formats this process reads and writes (the repair reads outboxes
+    /// and puts orders back into them).
+    pub formats: Arc<crate::outbox::format::Formats>,
     pub floors: Floors,
     pub closed: Closed,
     /// What Redis says of its persistence, read once.
@@ -62,13 +65,21 @@ pub struct SaleState {
 }
 
 impl Recovery {
-    pub fn new(redis: Redis, pg: PgPool, keys: Keys, cache: Arc<VoucherCache>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        redis: Redis,
+        pg: PgPool,
+        keys: Keys,
+        cache: Arc<VoucherCache>,
+        metrics: Arc<Metrics>,
+        formats: Arc<crate::outbox::format::Formats>,
+    ) -> Self {
         Self {
             redis,
             pg,
             keys,
             cache,
             metrics,
+            formats,
             floors: Floors::default(),
             closed: Closed::default(),
             durability: RwLock::new(None),

@@ -114,7 +114,7 @@ impl Recovery {
         for (k, orders) in requeue.iter().enumerate() {
             for part in orders.chunks(REQUEUE_PER_ENTRY) {
                 let mut inv = self.restore_script(voucher, k as u32, shards, gen, "requeue", seqs[k]);
-                inv.arg(voucher).arg(part.join(","));
+                inv.arg(voucher).arg(part.join(",")).arg(self.formats.writes());
                 seqs[k] = step(
                     inv.invoke_async(&mut conn).await.context("sale_restore.lua requeue")?,
                     voucher,

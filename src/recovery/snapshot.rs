@@ -64,7 +64,13 @@ impl Recovery {
         for k in 0..shards {
             // A big backlog takes a while: the lease is renewed shard by shard.
             self.renew_lease(voucher).await?;
-            for o in read_outbox(&mut conn, &self.keys.outbox_at(voucher, k, shards)).await? {
+            for o in read_outbox(
+                &mut conn,
+                &self.keys.outbox_at(voucher, k, shards),
+                self.formats.reads(),
+            )
+            .await?
+            {
                 let known = Known {
                     id: o.id,
                     user_id: o.user_id,
@@ -169,7 +175,11 @@ impl Recovery {
 
 /// Every order still in an outbox stream (relayed or not: the stream keeps an entry
 /// until its relay's publish was confirmed).
-pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str) -> Result<Vec<crate::order::OrderMsg>> {
+pub async fn read_outbox(
+    conn: &mut crate::redis_conn::Conn,
+    stream: &str,
+    reads: u32,
+) -> Result<Vec<crate::order::OrderMsg>> {
     let mut out = Vec::new();
     let mut from = "-".to_owned();
     loop {
@@ -187,7 +197,7 @@ pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str) -> Re
             // An entry this binary cannot read may hold orders: counting without
             // them would rebuild the sale with units sold twice. The repair fails
             // (and is tried again) until a process that reads it repairs.
-            let Some(entry) = crate::outbox::entry::parse(e) else {
+            let Some(entry) = crate::outbox::entry::parse(e, reads) else {
                 anyhow::bail!(
                     "outbox {stream} holds entry {} that this binary cannot read (a newer format?): \
                      not repairing from an incomplete count",

@@ -18,7 +18,8 @@ fn at(id: i64) -> i64 {
 
 /// Runs the script for `asks` (user, order id) on shard 0 of `v`, with its
 /// arguments as the service builds them (the voucher, a floor of 0, the outbox
-/// entry of every order, each order's user and mark); the orders' replies.
+/// entry of every order, the newest outbox format, each order's user and mark);
+/// the orders' replies.
 async fn call(
     conn: &mut seckill::redis_conn::Conn,
     keys: &seckill::keys::Keys,
@@ -37,7 +38,8 @@ async fn call(
         .key(keys.seq_at(v, 0, 1))
         .arg(v)
         .arg(0)
-        .arg(entry.join(","));
+        .arg(entry.join(","))
+        .arg(seckill::outbox::format::NEWEST);
     for (user, id) in asks {
         inv.arg(user).arg(format!("{id}:{}", at(*id)));
     }
@@ -72,7 +74,7 @@ fn entries(v: i64, outbox: &redis::streams::StreamRangeReply) -> Vec<Vec<(i64, i
         .ids
         .iter()
         .map(|e| {
-            let orders = seckill::outbox::entry::parse(e)
+            let orders = seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST)
                 .expect("an entry reserve.lua wrote")
                 .orders;
             assert!(orders.iter().all(|o| o.voucher_id == v));

@@ -77,19 +77,20 @@ fn the_calls_entry_and_marks_name_the_same_orders() {
             created_ms: 1_764_000_000_000 + i,
         })
         .collect();
-    let args = script_args(7, 42, &asks);
-    assert_eq!(args.len(), 3 + 2 * asks.len());
-    assert_eq!((args[0].as_str(), args[1].as_str()), ("7", "42"));
+    let args = script_args(7, 42, 2, &asks);
+    assert_eq!(args.len(), 4 + 2 * asks.len());
+    assert_eq!((args[0].as_str(), args[1].as_str(), args[3].as_str()), ("7", "42", "2"));
     let entry = redis::streams::StreamId {
         id: "1-0".into(),
         map: [
             ("v".to_owned(), redis::Value::BulkString(args[0].clone().into_bytes())),
             ("b".to_owned(), redis::Value::BulkString(args[2].clone().into_bytes())),
+            ("f".to_owned(), redis::Value::BulkString(args[3].clone().into_bytes())),
         ]
         .into(),
         ..Default::default()
     };
-    let read = crate::outbox::entry::parse(&entry)
+    let read = crate::outbox::entry::parse(&entry, crate::outbox::format::NEWEST)
         .expect("an entry the relay reads")
         .orders;
     for (i, a) in asks.iter().enumerate() {
@@ -98,8 +99,8 @@ fn the_calls_entry_and_marks_name_the_same_orders() {
             (o.id, o.user_id, o.voucher_id, o.created_ms),
             (a.order_id, a.user_id, 7, a.created_ms)
         );
-        assert_eq!(args[3 + 2 * i], a.user_id.to_string());
-        assert_eq!(args[4 + 2 * i], format!("{}:{}", a.order_id, a.created_ms));
+        assert_eq!(args[4 + 2 * i], a.user_id.to_string());
+        assert_eq!(args[5 + 2 * i], format!("{}:{}", a.order_id, a.created_ms));
     }
     assert_eq!(read.len(), asks.len());
 }

@@ -126,7 +126,8 @@ impl Relay {
             }
             let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
             let floor = self.recovery.floors.get(&origin.tag).max(gen * GEN);
-            let (code, seq) = late_admit(conn, &self.keys, &origin.tag, o, floor).await?;
+            let format = self.recovery.formats.writes();
+            let (code, seq) = late_admit(conn, &self.keys, &origin.tag, o, floor, format).await?;
             match code {
                 1 | 2 => {
                     self.recovery.floors.raise(&origin.tag, seq);
@@ -219,8 +220,16 @@ impl Relay {
     }
 }
 
-/// `lua/late_admit.lua` for `o` on the shard `tag`.
-async fn late_admit(conn: &mut Conn, keys: &Keys, tag: &str, o: &OrderMsg, floor: i64) -> Result<(i64, i64)> {
+/// `lua/late_admit.lua` for `o` on the shard `tag`; an entry it writes is of
+/// `format` (see `crate::outbox::format`).
+async fn late_admit(
+    conn: &mut Conn,
+    keys: &Keys,
+    tag: &str,
+    o: &OrderMsg,
+    floor: i64,
+    format: u32,
+) -> Result<(i64, i64)> {
     LATE_ADMIT
         .key(keys.of_tag(tag, "stock"))
         .key(keys.of_tag(tag, "buyers"))
@@ -233,6 +242,7 @@ async fn late_admit(conn: &mut Conn, keys: &Keys, tag: &str, o: &OrderMsg, floor
         .arg(o.id)
         .arg(o.created_ms)
         .arg(floor)
+        .arg(format)
         .invoke_async(conn)
         .await
         .context("late_admit.lua")

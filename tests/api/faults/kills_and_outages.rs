@@ -162,7 +162,7 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
             entries
                 .ids
                 .iter()
-                .filter_map(seckill::outbox::entry::parse)
+                .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
                 .flat_map(|e| e.orders)
                 .map(|o| o.id),
         );

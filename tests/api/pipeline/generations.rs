@@ -261,7 +261,8 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
     let mut read = Vec::new();
     let mut top = 0i64;
     for e in &entries.ids {
-        let parsed = seckill::outbox::entry::parse(e).expect("an entry reserve.lua wrote");
+        let parsed =
+            seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST).expect("an entry reserve.lua wrote");
         top = top.max(parsed.seq.expect("entries carry their sequence"));
         for o in parsed.orders {
             let origin = seckill::outbox::relay::Origin {

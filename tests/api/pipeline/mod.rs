@@ -122,6 +122,7 @@ async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
     );
 }
 
+mod formats;
 mod generations;
 mod outages_and_acks;
 mod redelivery;
