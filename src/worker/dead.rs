@@ -59,7 +59,7 @@ impl Worker {
             Ok(b) => {
                 tracing::warn!(
                     orders = b.orders.len(),
-                    "an order message was dead-lettered; persisting it from there"
+                    "INCIDENT: an order message was dead-lettered (its delivery limit used up); persisting it from there"
                 );
                 self.metrics
                     .worker_incidents

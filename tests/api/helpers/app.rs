@@ -10,11 +10,20 @@ use std::time::Duration;
 
 /// A running instance and a client for it. `shutdown` stops it gracefully, `crash`
 /// at once; dropping it stops it too.
+///
+/// However it ends (`shutdown`, `crash`, dropped), an instance whose test did not
+/// say it forces incidents ([`Builder::forces_incidents`]) fails the test if its
+/// worker or relay counted any (`seckill_worker_incidents_total`, every kind: an
+/// order stored `failed`, an id or number that collided, a message
+/// dead-lettered, an order that came too late, an outbox entry it could not
+/// read). These are the only signals of what Postgres's unique indexes hide.
 pub struct TestApp {
     pub app: Option<Application>,
     pub addr: String,
     pub client: reqwest::Client,
     pub jwt: JwtKeys,
+    /// The test forces incidents on purpose (and reads them itself).
+    forces_incidents: bool,
 }
 
 /// What an instance runs and with which settings; by default everything (`seckill
@@ -25,9 +34,17 @@ pub struct Builder<'a> {
     env: Vec<(String, String)>,
     mode: Mode,
     options: Options,
+    forces_incidents: bool,
 }
 
 impl Builder<'_> {
+    /// The test forces incidents on this instance on purpose (and asserts them
+    /// itself): they do not fail it when it ends.
+    pub fn forces_incidents(mut self) -> Self {
+        self.forces_incidents = true;
+        self
+    }
+
     /// A setting of this instance's (over the namespace's), e.g. `SECKILL_ID_BLOCK`
     /// or a `REDIS_URL` of a server of the test's own (one node, unless the test
     /// also sets `SECKILL_REDIS_CLUSTER`).
@@ -91,6 +108,7 @@ impl Builder<'_> {
                 .build()
                 .expect("a reqwest client"),
             jwt: JwtKeys::from_settings(&settings),
+            forces_incidents: self.forces_incidents,
         }
     }
 }
@@ -110,6 +128,7 @@ impl TestApp {
             env: Vec::new(),
             mode: Mode::All,
             options: Options::default(),
+            forces_incidents: false,
         }
     }
 
@@ -253,6 +272,7 @@ impl TestApp {
     }
 
     pub async fn shutdown(mut self) {
+        self.check_incidents();
         if let Some(app) = self.app.take() {
             app.shutdown().await;
         }
@@ -260,9 +280,41 @@ impl TestApp {
 
     /// Stops everything at once, as a crash would.
     pub async fn crash(mut self) {
+        self.check_incidents();
         if let Some(app) = self.app.take() {
             app.abort().await;
         }
+    }
+
+    /// The incidents this instance counted, by kind (every kind it counted).
+    pub fn incidents(&self) -> Vec<(String, u64)> {
+        use prometheus::core::Collector;
+        let Some(app) = &self.app else { return Vec::new() };
+        app.state()
+            .metrics
+            .worker_incidents
+            .collect()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .filter_map(|m| {
+                let kind = m.get_label().iter().find(|l| l.name() == "kind")?.value().to_owned();
+                let n = m.get_counter().get_value() as u64;
+                (n > 0).then_some((kind, n))
+            })
+            .collect()
+    }
+
+    /// Fails the test on any incident of this instance, unless it forces them.
+    fn check_incidents(&self) {
+        if self.forces_incidents || std::thread::panicking() {
+            return;
+        }
+        let incidents = self.incidents();
+        assert!(
+            incidents.is_empty(),
+            "the instance at {} counted incidents no test forced: {incidents:?} (its INCIDENT log lines name them)",
+            self.addr
+        );
     }
 }
 
@@ -271,5 +323,6 @@ impl Drop for TestApp {
         if let Some(app) = &self.app {
             app.stop_token().cancel();
         }
+        self.check_incidents();
     }
 }

@@ -110,6 +110,11 @@ pub struct Namespace {
     pub vars: HashMap<String, String>,
 }
 
+/// The `INCIDENT` log lines of the processes of their own tests run
+/// (`crate::fixtures`), by namespace: a namespace that ends with any fails its
+/// test (no test forces incidents in a process of its own).
+pub static INCIDENT_LINES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
 impl Namespace {
     pub async fn new() -> Self {
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -143,6 +148,17 @@ impl Namespace {
         Self { name, db, vars }
     }
 
+    /// The `INCIDENT` lines this namespace's processes of their own logged so far.
+    pub fn incident_lines(&self) -> Vec<String> {
+        INCIDENT_LINES
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(ns, _)| *ns == self.name)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+
     pub fn keys(&self) -> Keys {
         Keys::new(&self.name)
     }
@@ -156,6 +172,11 @@ impl Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
+        let lines = self.incident_lines();
+        INCIDENT_LINES.lock().unwrap().retain(|(ns, _)| *ns != self.name);
+        if !std::thread::panicking() {
+            assert!(lines.is_empty(), "processes of this test logged incidents: {lines:#?}");
+        }
         let (name, db) = (self.name.clone(), self.db.clone());
         let (redis_url, amqp_url) = (self.vars["REDIS_URL"].clone(), self.vars["AMQP_URL"].clone());
         // Drop runs outside any async context we could block: clean up on a thread

@@ -13,7 +13,12 @@ use serde_json::json;
 async fn two_shoppers_given_one_id_each_keep_their_order() {
     let ns = Namespace::new().await;
     // `a` takes orders, relays and persists; `b` takes orders and relays.
-    let a = TestApp::builder(&ns).env("SECKILL_ID_BLOCK", "50").spawn().await;
+    // The collision is forced: its incident is asserted below.
+    let a = TestApp::builder(&ns)
+        .env("SECKILL_ID_BLOCK", "50")
+        .forces_incidents()
+        .spawn()
+        .await;
     let v = a.flash_sale(100).await;
     // The watermark of the day's order ids set back to before `a`'s blocks: `b`
     // takes the same ones.

@@ -272,6 +272,7 @@ async fn an_older_relay_parks_what_it_cannot_read_for_a_newer_one() {
     let old = TestApp::builder(&ns)
         .env("SECKILL_OUTBOX_FORMAT", "1")
         .mode(Mode::Serve)
+        .forces_incidents()
         .spawn()
         .await;
     let writer = TestApp::builder(&ns).api_only().spawn().await;

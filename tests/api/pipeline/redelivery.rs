@@ -148,7 +148,7 @@ async fn a_poison_message_is_dead_lettered_and_kept_for_people() {
 #[tokio::test]
 async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
     let ns = Namespace::new().await;
-    let app = TestApp::spawn(&ns).await;
+    let app = TestApp::builder(&ns).forces_incidents().spawn().await;
     let v = app.flash_sale(10).await;
     let epoch = 0i64;
     let now = chrono::Utc::now().timestamp_millis();
@@ -185,6 +185,11 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
         .await
         .unwrap();
     assert_eq!(statuses, vec!["created"; 3]);
+    assert_eq!(
+        app.incidents(),
+        vec![("dead_lettered".to_owned(), 1)],
+        "the dead-lettered batch is the one incident"
+    );
     conn.close(200, "done".into()).await.unwrap();
     app.shutdown().await;
 }
@@ -220,7 +225,7 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
         .execute(&admin)
         .await
         .unwrap();
-    let mut builder = TestApp::builder(&ns).mode(Mode::Worker);
+    let mut builder = TestApp::builder(&ns).mode(Mode::Worker).forces_incidents();
     for (k, val) in limits {
         builder = builder.env(k, val);
     }
