@@ -289,9 +289,11 @@ async fn a_crowd_through_coalesced_calls_sells_exactly_the_stock_once_per_shoppe
     println!("coalesced crowd: {orders} orders in {calls} script calls");
     // (After the sell-out the sold-out flag answers without a call.)
     assert!(orders >= stock as f64, "every accepted order went through a call");
+    // Alone here a call carries about twelve (453 orders in 38 calls); calls of
+    // one order each (the gate not coalescing) would be 450.
     assert!(
-        calls < orders,
-        "some calls carried several orders: {calls} calls for {orders}"
+        calls * 3.0 <= orders,
+        "the calls carried three orders each at least on average: {calls} calls for {orders}"
     );
     let mut held: HashMap<i64, String> = HashMap::new();
     for (u, s, b) in &answers {
