@@ -9,9 +9,15 @@ be before its `end_at` (the document says so in words). A generated body that
 holds two valid times in the wrong order (or equal) gets `end_at` a second or two
 after `begin_at` (or, at the end of the years allowed, `begin_at` before `end_at`;
 failing both, a fixed window in 2000), so that a request the generator means as
-valid is valid. Everything else, including every deliberately invalid body, is
-sent as generated.
+valid is valid. And the operations of a queue or raffle sale (a sale's
+challenge, queue and raffle) find one only when the id names it: schemathesis.sh
+makes a queue sale asking a proof of work (for the challenge), one asking none
+(for the queue) and a raffle sale, and names them in ST_POW_SALE, ST_QUEUE_SALE
+and ST_RAFFLE_SALE, and a case whose generated id is a valid one (a positive
+integer) is sent to that sale. Everything else, including every deliberately
+invalid body or id, is sent as generated.
 """
+import os
 import re
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -73,9 +79,34 @@ def _raffle_draw(body):
             body["begin_at"] = now.replace(microsecond=0).isoformat()
 
 
+_SALES = (
+    (re.compile(r"^/api/v1/vouchers/\{id\}/challenge$"), "ST_POW_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/queue(/.*)?$"), "ST_QUEUE_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle(/.*)?$"), "ST_RAFFLE_SALE"),
+)
+
+
+def _admission_sale(context, case):
+    """A valid id of an admission operation becomes the sale made for it."""
+    if context.operation is None or not case.path_parameters:
+        return
+    generated = case.path_parameters.get("id")
+    valid = (isinstance(generated, int) and not isinstance(generated, bool) and generated > 0) or (
+        isinstance(generated, str) and generated.isascii() and generated.isdigit() and int(generated) > 0
+    )
+    if not valid:
+        return
+    for pattern, var in _SALES:
+        if pattern.match(context.operation.path) and os.environ.get(var):
+            sale = os.environ[var]
+            case.path_parameters["id"] = int(sale) if isinstance(generated, int) else sale
+            return
+
+
 @schemathesis.hook
 def map_case(context, case):
     _unique_key(case)
+    _admission_sale(context, case)
     body = case.body
     if context.operation is None or context.operation.path != "/api/v1/admin/vouchers":
         return case
