@@ -167,7 +167,7 @@ async fn a_fail_back_in_the_same_process_is_noticed_and_sells_no_one_twice() {
     assert!(twice.is_empty(), "shoppers sold twice after the fail-back: {twice:?}");
     assert_eq!(failed, 0, "orders stored failed");
     assert_eq!(statuses.get(&500), None, "no 500: {statuses:?}");
-    assert_eq!(numbers.len(), rows.len(), "no business number issued twice");
+    assert_eq!(numbers.len(), rows.len(), "every stored order has its business number");
     assert_eq!(live as i64 + remaining, stock, "live orders + remaining = stock");
     assert_eq!(live as i64, stock, "the whole stock sold");
     assert_balanced(&app, v).await;

@@ -145,8 +145,12 @@ pub(crate) async fn sells_the_rest_exactly(
         rows.iter().all(|r| r.1 == "created"),
         "{scenario}: nothing failed: {rows:?}"
     );
-    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.2.as_deref()).collect();
-    assert_eq!(numbers.len() as i64, stock, "{scenario}: no business number twice");
+    // (A number issued twice is renumbered and logged as an INCIDENT by the worker,
+    // read when the namespace ends: the UNIQUE column cannot show it.)
+    assert!(
+        rows.iter().all(|r| r.2.is_some()),
+        "{scenario}: every stored order has its business number"
+    );
     let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
         .bind(s.v)
         .fetch_one(s.app.pg())

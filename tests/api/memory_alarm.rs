@@ -5,7 +5,6 @@
 use crate::fixtures::{require_root, OwnRabbit, OwnRedis};
 use crate::helpers::*;
 use reqwest::StatusCode;
-use std::collections::HashSet;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -65,10 +64,12 @@ async fn a_publish_held_by_the_memory_alarm_across_a_redis_restart_is_sold_once(
             .unwrap();
     assert_eq!(rows.len() as i64, stock, "every acknowledged order stored once");
     assert!(rows.iter().all(|r| r.1 == "created"), "nothing failed: {rows:?}");
-    let users: HashSet<i64> = rows.iter().map(|r| r.0).collect();
-    assert_eq!(users.len() as i64, stock, "one order per shopper");
-    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.2.as_deref()).collect();
-    assert_eq!(numbers.len() as i64, stock, "no business number twice");
+    // (A shopper or number twice cannot be stored, by the unique indexes; one
+    // issued twice is an incident, read when the instance ends.)
+    assert!(
+        rows.iter().all(|r| r.2.is_some()),
+        "every stored order has its business number"
+    );
     assert_balanced(&app, v).await;
     app.shutdown().await;
 }

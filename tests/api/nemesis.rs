@@ -293,8 +293,8 @@ async fn run(seed: u64, secs: u64, every: Duration, freeze: Duration) -> Report 
             r.1
         );
     }
-    let users: HashSet<i64> = stored.iter().map(|r| r.1).collect();
-    assert_eq!(users.len(), stored.len(), "one order per shopper");
+    // (One live order per shopper: a unique index; a shopper sold twice shows as a
+    // `failed` order, checked next, and as no second 202, checked by the lanes.)
     let failed: Vec<_> = stored.iter().filter(|r| r.2 != "created").collect();
     assert!(failed.is_empty(), "nothing failed: {failed:?}");
     let reissued: Vec<_> = stored.iter().filter(|r| r.3.is_some()).collect();

@@ -148,8 +148,14 @@ async fn a_cluster_master_killed_mid_crowd_answers_503_never_500() {
     let master = cluster
         .master_of(&ns.keys().stock_at(v, 0, 6))
         .expect("a master serves shard 0");
-    let tally = crowd(&app.addr, &app.jwt, v, 1..1201, || async {
-        cluster.kill(master);
+    // The shards the killed master serves.
+    let killed: Vec<u32> = (0..6)
+        .filter(|&k| cluster.master_of(&ns.keys().stock_at(v, k, 6)) == Some(master))
+        .collect();
+    let cluster_ref = &cluster;
+    let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..1201, |landing| async move {
+        landing.lands().await;
+        cluster_ref.kill(master);
     })
     .await;
     // Until a replica serves the killed master's slots (the node timeout, 2 s,
@@ -162,8 +168,25 @@ async fn a_cluster_master_killed_mid_crowd_answers_503_never_500() {
     })
     .await;
     assert!(promoted.is_some(), "the replica took the slots over within 30 s");
+    // The killed master's shards were closed: their shoppers in the fault's crowd
+    // (the half sent after it landed, before the slots moved) got 503s.
+    let closed = tally
+        .answers
+        .iter()
+        .filter(|(u, s)| *s == 503 && killed.contains(&seckill::keys::shard_of(*u, 6)))
+        .count();
+    println!("cluster master killed: shards {killed:?} answered {closed} 503s");
+    assert!(closed > 0, "the killed master's shards {killed:?} answered no 503");
     // The shoppers after the fault buy the rest (the whole stock must sell).
-    let all = after_the_fault("cluster master killed, sharded sale", &app.addr, &app.jwt, v, tally).await;
+    let all = after_the_fault(
+        "cluster master killed, sharded sale",
+        &app.addr,
+        &app.jwt,
+        app.pg(),
+        v,
+        tally,
+    )
+    .await;
     let statuses = all.statuses.clone();
     println!("cluster master killed mid-crowd, answers by status: {statuses:?}");
     settle("cluster master killed, sharded sale", &app, v, stock, &all).await;

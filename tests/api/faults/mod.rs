@@ -9,7 +9,10 @@
 //!   the test's own), and, on the shared server, the sale's keys deleted.
 //!
 //! The crowd (`crowd.rs`) holds its second half back until the fault has landed, and
-//! fails unless requests were in flight when it started and answered after it;
+//! fails unless, at the instant the fault lands ([`crowd::Landing::lands`], called
+//! by each fault right before the step that lands it), requests were in flight
+//! (sent, not answered) and acknowledged orders were not yet in Postgres: a fault
+//! that lands on an idle system proves nothing. New fault tests use it too;
 //! new shoppers then buy what is left, and orders must have been accepted after
 //! the fault (a relay or worker that never reconnects leaves them unpersisted).
 //! Then: drain, and check that every acknowledged order is persisted (none lost;

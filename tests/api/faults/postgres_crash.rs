@@ -12,9 +12,11 @@ async fn postgres_crashed_and_restarted_mid_sale_loses_nothing() {
     let app = Arc::new(TestApp::builder(&ns).env("DATABASE_URL", pg.url()).spawn().await);
     let stock = 250;
     let v = app.flash_sale(stock).await;
-    let tally = crowd(&app.addr, &app.jwt, v, 1..301, || {
+    let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| {
         let pg = pg.clone();
         async move {
+            // Read from Postgres just before it crashes.
+            landing.lands().await;
             tokio::task::spawn_blocking(move || pg.crash()).await.unwrap();
         }
     })
@@ -30,7 +32,15 @@ async fn postgres_crashed_and_restarted_mid_sale_loses_nothing() {
         let pg = pg.clone();
         tokio::task::spawn_blocking(move || pg.start()).await.unwrap();
     }
-    let all = after_the_fault("postgres crashed and restarted", &app.addr, &app.jwt, v, tally).await;
+    let all = after_the_fault(
+        "postgres crashed and restarted",
+        &app.addr,
+        &app.jwt,
+        app.pg(),
+        v,
+        tally,
+    )
+    .await;
     settle("postgres crashed and restarted", &app, v, stock, &all).await;
     let ready = eventually(Duration::from_secs(10), || async {
         let (status, _) = app.get("/health/ready", None).await;

@@ -32,8 +32,10 @@ async fn a_master_killed_mid_sale_fails_over_and_nothing_acknowledged_is_lost() 
     let master = cluster
         .master_of(&ns.keys().stock(v))
         .expect("a master serves the sale");
-    let tally = crowd(&app.addr, &app.jwt, v, 1..301, || async {
-        cluster.kill(master);
+    let cluster_ref = &cluster;
+    let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| async move {
+        landing.lands().await;
+        cluster_ref.kill(master);
     })
     .await;
     let promoted = eventually(Duration::from_secs(30), || async {
@@ -41,12 +43,23 @@ async fn a_master_killed_mid_sale_fails_over_and_nothing_acknowledged_is_lost() 
     })
     .await;
     assert!(promoted.is_some(), "the replica took the slot over within 30 s");
-    let all = after_the_fault("failover", &app.addr, &app.jwt, v, tally).await;
+    // The sale sells again once repaired (the crowd may have ended before: its
+    // shoppers were answered 503 at once while the sale was closed).
+    let mut tally = tally;
+    let (status, body) = selling_again(&app, v, 99_999).await;
+    if status == StatusCode::ACCEPTED {
+        tally
+            .acknowledged
+            .insert(body["order_id"].as_str().unwrap().parse().unwrap());
+    }
+    let all = after_the_fault("failover", &app.addr, &app.jwt, app.pg(), v, tally).await;
     settle("redis master killed, replica promoted", &app, v, stock, &all).await;
-    let (live, reissued, numbers, distinct_numbers): (i64, i64, i64, i64) = sqlx::query_as(
+    // (A number issued twice is renumbered, counted as an incident, read when the
+    // instance ends; the UNIQUE column cannot show it.)
+    let (live, reissued, numbered): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE status IN ('created', 'paid')),
                 count(*) FILTER (WHERE issued_id IS NOT NULL),
-                count(order_no), count(DISTINCT order_no)
+                count(order_no)
            FROM voucher_orders WHERE voucher_id = $1",
     )
     .bind(v)
@@ -54,7 +67,7 @@ async fn a_master_killed_mid_sale_fails_over_and_nothing_acknowledged_is_lost() 
     .await
     .unwrap();
     assert_eq!(reissued, 0, "no order id was issued twice");
-    assert_eq!(numbers, distinct_numbers, "no order number was issued twice");
+    assert_eq!(numbered, live, "every stored order has its business number");
     assert_eq!(live, stock, "the whole stock sold, exactly once");
 }
 
@@ -174,19 +187,20 @@ async fn two_serve_and_two_worker_processes_on_a_cluster_sell_exactly_the_stock(
     .await
     .expect("every order persisted by the two workers");
     assert_eq!(stored.iter().copied().collect::<HashSet<_>>(), acknowledged);
-    let (numbers, distinct, left): (i64, i64, i32) = sqlx::query_as(
+    let (numbered, left): (i64, i32) = sqlx::query_as(
         "SELECT (SELECT count(order_no) FROM voucher_orders WHERE voucher_id = $1),
-                (SELECT count(DISTINCT order_no) FROM voucher_orders WHERE voucher_id = $1),
                 (SELECT stock FROM seckill_vouchers WHERE voucher_id = $1)",
     )
     .bind(v)
     .fetch_one(&pg)
     .await
     .unwrap();
-    assert_eq!((numbers, distinct, left), (stock, stock, 0));
+    // Every order numbered, Postgres's stock used up. (A number issued twice is
+    // renumbered and logged as an INCIDENT by the worker processes, whose lines
+    // are read when the namespace ends.)
+    assert_eq!((numbered, left), (stock, 0));
     pg.close().await;
-    // Nothing in flight, the books balance. (The workers are processes without an
-    // HTTP port: their incident counters cannot be read from here.)
+    // Nothing in flight, the books balance.
     let audit: serde_json::Value = client
         .get(format!("{}/api/v1/admin/vouchers/{v}/audit", bases[0]))
         .bearer_auth(&admin)

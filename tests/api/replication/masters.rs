@@ -127,9 +127,9 @@ async fn all_stored(app: &TestApp, v: i64, ids: &HashSet<i64>, what: &str) {
     })
     .await
     .unwrap_or_else(|| panic!("{what}: every acknowledged order of sale {v} in Postgres within 60 s"));
+    // (Each once: the primary key; an id issued twice is an incident, read when
+    // the instance ends.)
     assert!(stored.iter().all(|r| r.1 == "created"), "{what}: nothing failed");
-    let distinct: HashSet<i64> = stored.iter().map(|r| r.0).collect();
-    assert_eq!(distinct.len(), stored.len(), "{what}: each once");
 }
 
 /// With one replica per master: the promoted replica has no replica for `WAIT 1`,

@@ -4,11 +4,11 @@
 //! service). Every acknowledged order must reach `created`, no shopper may hold two
 //! orders, no order id, business number or fencing token may repeat, one instance
 //! repairs, nothing may be stored `failed`, and persisted + remaining = stock.
+use crate::faults::crowd::crowd;
 use crate::fixtures::OwnRedis;
 use crate::helpers::*;
 use reqwest::StatusCode;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 

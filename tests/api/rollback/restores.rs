@@ -52,10 +52,12 @@ async fn redis_restored_from_an_older_snapshot_sells_no_one_twice_and_loses_noth
     assert_eq!(all.len(), 300, "no order id given twice");
     assert_eq!(rows.len(), 300, "every acknowledged order stored once");
     assert!(rows.iter().all(|r| r.2 == "created"), "every 202 reached created");
-    let users: HashSet<i64> = rows.iter().map(|r| r.1).collect();
-    assert_eq!(users.len(), 300, "no shopper holds two orders");
-    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.3.as_deref()).collect();
-    assert_eq!(numbers.len(), 300, "no business number issued twice");
+    // (A shopper or number twice cannot be stored, by the unique indexes; one
+    // issued twice is an incident, read at the end.)
+    assert!(
+        rows.iter().all(|r| r.3.is_some()),
+        "every stored order has its business number"
+    );
     let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
         .bind(v)
         .fetch_one(app.pg())
@@ -88,25 +90,20 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     let first = accepted(&wave(&app, v, 1..=60).await);
     persisted(&app, &first.values().copied().collect()).await;
     redis.snapshot();
-    let answered = Arc::new(AtomicUsize::new(0));
-    let crowd = tokio::spawn({
-        let (app, answered) = (app.clone(), answered.clone());
-        async move { wave_counted(&app, v, 61..=400, &answered).await }
-    });
-    // Mid-crowd: once a quarter of its 340 requests are answered, the rest going on
-    // in their own task while the server is restored.
-    eventually(Duration::from_secs(30), || async {
-        (answered.load(Ordering::Relaxed) >= 85).then_some(())
+    // Mid-crowd: once a quarter of its 340 requests are answered, while requests
+    // are in flight and acknowledged orders are not yet in Postgres (the crowd
+    // fails otherwise), the server is restored.
+    let redis_ref = &mut redis;
+    let crowd = crowd(&app.addr, &app.jwt, app.pg(), v, 61..401, |landing| async move {
+        landing.lands().await;
+        tokio::task::block_in_place(|| redis_ref.crash_and_restart());
     })
-    .await
-    .expect("a quarter of the crowd answered");
-    tokio::task::block_in_place(|| redis.crash_and_restart());
-    let crowd = crowd.await.unwrap();
+    .await;
     // A list, not a set: an id handed out twice must show as a repeat. Only the
     // crowd's orders may be lost with the server (they alone were admitted after
     // the snapshot and maybe not relayed when it died).
     let mut acknowledged: Vec<i64> = first.values().copied().collect();
-    let in_the_crowd: HashSet<i64> = accepted(&crowd).into_values().collect();
+    let in_the_crowd: HashSet<i64> = crowd.acknowledged.clone();
     acknowledged.extend(in_the_crowd.iter().copied());
     selling_again(&app, v, 99_999).await;
     // Everyone who did not get an answer tries again, and later shoppers come, until
@@ -150,8 +147,6 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
             .await
             .unwrap();
     let live: Vec<_> = rows.iter().filter(|r| r.2 == "created").collect();
-    let users: HashSet<i64> = live.iter().map(|r| r.1).collect();
-    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.3.as_deref()).collect();
     let failed = rows.iter().filter(|r| r.2 == "failed").count();
     println!(
         "rollback in flight: acknowledged {}, stored {}, live {}, failed {failed}",
@@ -159,9 +154,13 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
         rows.len(),
         live.len()
     );
+    // A shopper sold twice would be refused by a unique index and stored
+    // `failed`; a number issued twice is an incident, read at the end.
     assert_eq!(failed, 0, "no acknowledged order failed");
-    assert_eq!(users.len(), live.len(), "no shopper holds two orders");
-    assert_eq!(numbers.len(), live.len(), "no business number issued twice");
+    assert!(
+        live.iter().all(|r| r.3.is_some()),
+        "every stored order has its business number"
+    );
     assert!(live.len() as i64 <= stock, "no oversell");
     let distinct: HashSet<i64> = acknowledged.iter().copied().collect();
     assert_eq!(distinct.len(), acknowledged.len(), "an order id acknowledged twice");

@@ -169,15 +169,18 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     let outboxes: Vec<String> = (0..4).map(|k| keys.outbox_at(v, k, 4)).collect();
     let destroyed = Arc::new(std::sync::Mutex::new(HashSet::new()));
     let before = repairs_of(&app, v).await;
-    let tally = crowd(&app.addr, &app.jwt, v, 1..201, || async {
+    let (app_ref, pattern, outboxes, destroyed_ref) = (&app, &pattern, &outboxes, &destroyed);
+    let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..201, |landing| async move {
+        let (app, destroyed) = (app_ref, destroyed_ref);
         // Every key of the deployment goes, slot by slot: each shard's keys in one
         // MULTI with a read of its outbox (the orders in it at that instant are lost
         // with it, acknowledged or not: that is what Redis durability is for).
         let mut redis = app.redis().await;
         let mut by_slot: HashMap<u16, Vec<String>> = HashMap::new();
-        for k in all_keys(&redis_url(), &pattern).await {
+        for k in all_keys(&redis_url(), pattern).await {
             by_slot.entry(seckill::keys::slot(k.as_bytes())).or_default().push(k);
         }
+        landing.lands().await;
         for (slot, group) in by_slot {
             let outbox = outboxes.iter().find(|o| seckill::keys::slot(o.as_bytes()) == slot);
             match outbox {
@@ -230,6 +233,7 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
     );
     let tally = Tally {
         acknowledged: tally.acknowledged.difference(&destroyed).copied().collect(),
+        landed: tally.landed,
         ..Default::default()
     };
     // Every key went: a repair rebuilds the sale.
