@@ -38,7 +38,7 @@ pub enum Command {
         count: u32,
     },
     /// The outbox format fence: the format writers write and the processes
-    /// announced as reading outbox entries (see `docs/OPERATIONS.md`).
+    /// announced as reading outbox entries (README, "The outbox format fence").
     OutboxFormats {
         #[command(subcommand)]
         action: Option<FormatAction>,
@@ -54,6 +54,9 @@ pub enum FormatAction {
     Forget {
         /// The process, as `seckill outbox-formats` lists it.
         process: String,
+        /// Also a process that renewed its announcement within the last 30 s.
+        #[arg(long)]
+        force: bool,
     },
     /// Lowers the format writers write (a rollback to an older binary); refused
     /// while a process that reads a newer one is announced.
@@ -154,8 +157,11 @@ async fn outbox_formats(pg: &sqlx::PgPool, action: FormatAction) -> Result<()> {
                 );
             }
         }
-        FormatAction::Forget { process } => {
-            anyhow::ensure!(format::forget(pg, &process).await?, "no process {process} is announced");
+        FormatAction::Forget { process, force } => {
+            anyhow::ensure!(
+                format::forget(pg, &process, force).await?,
+                "no process {process} is announced"
+            );
             println!("{process} declared gone");
         }
         FormatAction::Lower { to } => {

@@ -27,9 +27,12 @@ use tokio_util::sync::CancellationToken;
 /// How long a graceful shutdown may take in all, after the HTTP server stopped.
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(15);
 
+/// The HTTP server's handle and its task.
+type Server = (ServerHandle, JoinHandle<std::io::Result<()>>);
+
 pub struct Application {
     port: Option<u16>,
-    server: Option<(ServerHandle, JoinHandle<std::io::Result<()>>)>,
+    server: Option<Server>,
     tasks: Tasks,
     stop: CancellationToken,
     state: Arc<AppState>,
@@ -50,8 +53,34 @@ impl Application {
         let stop = CancellationToken::new();
         let connected = state::connect(settings, mode, &opts, &stop).await?;
         let state = connected.state;
+        match Self::start(state.clone(), connected.background_sequences, mode, &opts, stop.clone()).await {
+            Ok((port, server, tasks)) => Ok(Self {
+                port,
+                server,
+                tasks,
+                stop,
+                state,
+            }),
+            Err(e) => {
+                // Nothing of it runs: its announcement of the outbox formats goes
+                // (left, it would hold the format back like a crashed process's).
+                stop.cancel();
+                state.recovery.formats.deregister().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The tasks and the HTTP server of a connected process.
+    async fn start(
+        state: Arc<AppState>,
+        background_sequences: crate::sequence::Sequences,
+        mode: Mode,
+        opts: &Options,
+        stop: CancellationToken,
+    ) -> Result<(Option<u16>, Option<Server>, Tasks)> {
         let mut tasks = Tasks::default();
-        tasks::spawn_all(&mut tasks, &state, mode, &opts, connected.background_sequences, &stop);
+        tasks::spawn_all(&mut tasks, &state, mode, opts, background_sequences, &stop);
         let (port, server) = if mode.serves_http() {
             // Readiness is served from memory: have a first answer before listening.
             readiness::refresh(&state, true).await;
@@ -65,13 +94,7 @@ impl Application {
         } else {
             (None, None)
         };
-        Ok(Self {
-            port,
-            server,
-            tasks,
-            stop,
-            state,
-        })
+        Ok((port, server, tasks))
     }
 
     /// The port the API listens on (None for `worker`).

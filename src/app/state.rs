@@ -95,8 +95,8 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         settings.outbox_format,
         metrics.outbox_format_written.clone(),
     ));
-    // Before any outbox entry is read or written: announce the formats this
-    // process reads (refused, and the process stops, if writers are past them).
+    // Before its relay reads an entry: announce the formats this process reads
+    // (refused, and the process stops, if writers are past them).
     match tokio::time::timeout(Duration::from_secs(10), formats.register()).await {
         Ok(Ok(())) => {}
         Ok(Err(refused @ crate::outbox::format::Refused::TooOld { .. })) => return Err(refused.into()),

@@ -26,7 +26,7 @@ pub struct Entry {
 pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
     if entry.map.contains_key("f") {
         let format: u32 = entry.get("f")?;
-        if format > reads || format < 2 {
+        if format > reads || format < 1 {
             return None;
         }
     }
@@ -124,7 +124,7 @@ mod tests {
             vec![("o", "11"), ("v", "7")],
             vec![("v", "7"), ("b", "11,1,100"), ("s", "x")],
             vec![("v", "7"), ("b", "11,1,100"), ("f", "x")],
-            vec![("v", "7"), ("b", "11,1,100"), ("f", "1")],
+            vec![("v", "7"), ("b", "11,1,100"), ("f", "0")],
             vec![("v", "7"), ("b", "11,1,100"), ("f", "3")],
         ] {
             assert!(parse(&entry(&bad)).is_none(), "{bad:?}");

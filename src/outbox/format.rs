@@ -9,15 +9,17 @@
 //! The fence keeps that from happening:
 //!
 //! - every process announces, in Postgres (`outbox_processes`), the newest format
-//!   it reads, before it reads any entry, and takes its announcement away when it
-//!   stops ([`Formats::register`], [`Formats::deregister`]);
+//!   it reads, before its relay reads any entry (its repairs refuse what they
+//!   cannot read meanwhile), and takes its announcement away when it stops
+//!   ([`Formats::register`], [`Formats::deregister`]);
 //! - writers write the format of the recorded decision (`outbox_format.writes`), or
 //!   their own newest if that is older; the decision is raised only to a format
 //!   every announced process reads, in a transaction that holds the decision's
-//!   row ([`Formats::run`]);
+//!   row ([`Formats::run`]); a process cut off from the decision for three checks,
+//!   or whose announcement was taken away, writes format 1 until it can read it;
 //! - an announcement holds the same row and is refused when the decision is
 //!   already past what the process reads: such a process stops at start (an older
-//!   binary started again after the upgrade went through), and never reads.
+//!   binary started again after the upgrade went through).
 //!
 //! No timeout takes part: a process that crashed keeps its announcement, and
 //! holds the decision back, until an operator declares it gone (`seckill
@@ -164,13 +166,14 @@ impl Formats {
     pub async fn run(&self, stop: CancellationToken) {
         let mut every = tokio::time::interval(EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checked = std::time::Instant::now();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = every.tick() => {}
             }
             match self.round().await {
-                Ok(()) => {}
+                Ok(()) => checked = std::time::Instant::now(),
                 Err(Refused::TooOld { decided, reads }) => {
                     tracing::error!(
                         process = %self.process,
@@ -182,6 +185,16 @@ impl Formats {
                     return;
                 }
                 Err(Refused::Unreachable(e)) => {
+                    // Cut off from the decision (it may have been lowered, this
+                    // process declared gone): the oldest format, which every
+                    // reader reads, until the next check succeeds.
+                    if checked.elapsed() >= 3 * EVERY && self.writes() > 1 {
+                        self.take(1);
+                        tracing::warn!(
+                            "outbox format decision unread for {:?}: writing format 1 meanwhile",
+                            checked.elapsed()
+                        );
+                    }
                     tracing::warn!(error = %format!("{e:#}"), "the outbox format fence not checked; trying again");
                 }
             }
@@ -198,8 +211,11 @@ impl Formats {
             .await
             .context("renewing the outbox format announcement")?;
         if renewed.rows_affected() == 0 {
-            // Declared gone while alive: announce again (refused if the decision
-            // moved past what this process reads).
+            // Declared gone while alive: the oldest format until announced again
+            // (refused if the decision moved past what this process reads), so
+            // that nothing it writes meanwhile waits for a newer reader.
+            self.take(1);
+            self.registered.send_replace(false);
             tracing::warn!(process = %self.process, "this process's outbox format announcement was taken away; announcing again");
             return self.register().await;
         }
@@ -264,8 +280,15 @@ impl Formats {
     }
 }
 
-/// The decision, its row held until the transaction ends.
+/// The decision, its row held until the transaction ends. The transaction reads
+/// committed rows statement by statement (set here, whatever the server's
+/// default): what it reads after this lock includes every announcement that
+/// committed while it waited for it.
 async fn decision(tx: &mut sqlx::PgConnection) -> Result<u32> {
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(&mut *tx)
+        .await
+        .context("reading the outbox format decision")?;
     let decided: i32 = sqlx::query_scalar("SELECT writes FROM outbox_format FOR UPDATE")
         .fetch_one(tx)
         .await
@@ -309,9 +332,27 @@ pub async fn list(pg: &PgPool) -> Result<(u32, String, Vec<Announced>)> {
     Ok((writes as u32, by, procs))
 }
 
+/// How recently a process must have renewed its announcement for `forget` to
+/// refuse it without `--force` (it looks alive: an operator's check, not what
+/// keeps entries readable).
+pub const LOOKS_ALIVE: Duration = Duration::from_secs(30);
+
 /// Declares a process gone (it crashed: its announcement would hold the decision
-/// back forever). Whether it was announced.
-pub async fn forget(pg: &PgPool, process: &str) -> Result<bool> {
+/// back forever). Whether it was announced. Refused for a process that renewed
+/// its announcement within [`LOOKS_ALIVE`], unless `force`.
+pub async fn forget(pg: &PgPool, process: &str, force: bool) -> Result<bool> {
+    let seen: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM now() - seen_at)::float8 FROM outbox_processes WHERE process = $1",
+    )
+    .bind(process)
+    .fetch_optional(pg)
+    .await
+    .context("reading the process's announcement")?;
+    let Some(seen) = seen else { return Ok(false) };
+    anyhow::ensure!(
+        force || seen >= LOOKS_ALIVE.as_secs_f64(),
+        "{process} renewed its announcement {seen:.0} s ago: it looks alive (stop it, or pass --force)"
+    );
     let r = sqlx::query("DELETE FROM outbox_processes WHERE process = $1")
         .bind(process)
         .execute(pg)

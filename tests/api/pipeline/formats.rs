@@ -242,9 +242,12 @@ async fn a_crashed_older_process_holds_the_format_back_until_declared_gone() {
         ok && out.contains(&gone) && out.contains("writers write outbox format 1"),
         "{out}"
     );
+    // It crashed seconds ago: it looks alive, and is forgotten only on purpose.
     let (ok, out) = cli(&ns, &["forget", &gone]);
+    assert!(!ok && out.contains("looks alive"), "{out}");
+    let (ok, out) = cli(&ns, &["forget", &gone, "--force"]);
     assert!(ok, "{out}");
-    let (ok, out) = cli(&ns, &["forget", &gone]);
+    let (ok, out) = cli(&ns, &["forget", &gone, "--force"]);
     assert!(!ok && out.contains("no process"), "{out}");
     let raised = eventually(Duration::from_secs(20), || async {
         (new.metric("seckill_outbox_format_written").await == NEWEST as f64).then_some(())
@@ -272,7 +275,7 @@ async fn an_older_relay_parks_what_it_cannot_read_for_a_newer_one() {
     let old = TestApp::builder(&ns)
         .env("SECKILL_OUTBOX_FORMAT", "1")
         .mode(Mode::Serve)
-        .forces_incidents()
+        .forces_incidents(&["unreadable_outbox_entry"])
         .spawn()
         .await;
     let writer = TestApp::builder(&ns).api_only().spawn().await;
