@@ -204,7 +204,9 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new(
                         "worker_incidents_total",
-                        "Incidents met while persisting orders, by kind",
+                        "Incidents met while persisting, relaying or repairing orders, by kind: id_collision, \
+                         number_collision, failed, dead_lettered, late_conflict, unreadable_outbox_entry, \
+                         repair_two_orders, repair_over_stock",
                     ),
                     &["kind"],
                 )

@@ -62,9 +62,20 @@ impl Recovery {
                 in_flight = books.in_flight.len() + books.unnamed,
                 "INCIDENT: more orders in flight than Postgres has stock"
             );
+            self.metrics
+                .worker_incidents
+                .with_label_values(&["repair_over_stock"])
+                .inc();
         }
         let topups: Vec<String> = books.topups.iter().map(|t| t.to_string()).collect();
-        for (k, shard) in books.shards(voucher, shards).into_iter().enumerate() {
+        let (by_shard, twice) = books.shards(voucher, shards);
+        if twice > 0 {
+            self.metrics
+                .worker_incidents
+                .with_label_values(&["repair_two_orders"])
+                .inc_by(twice as u64);
+        }
+        for (k, shard) in by_shard.into_iter().enumerate() {
             // A big sale takes a while: the lease is renewed shard by shard.
             self.renew_lease(voucher).await?;
             let marks: Vec<(&i64, &String)> = shard.marks.iter().collect();

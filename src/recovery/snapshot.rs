@@ -222,8 +222,10 @@ pub struct Shard {
 }
 
 impl Books {
-    /// Each shard's marks, admitted count and returned orders.
-    pub fn shards(&self, voucher: i64, shards: u32) -> Vec<Shard> {
+    /// Each shard's marks, admitted count and returned orders, and how many
+    /// shoppers were found with two admitted orders (an incident, logged here).
+    pub fn shards(&self, voucher: i64, shards: u32) -> (Vec<Shard>, usize) {
+        let mut twice = 0;
         let shard_of = |user: i64| crate::keys::shard_of(user, shards) as usize;
         let mut out: Vec<Shard> = (0..shards)
             .map(|_| Shard {
@@ -256,11 +258,12 @@ impl Books {
                     other = %other,
                     "INCIDENT: a shopper has two admitted orders (one in flight)"
                 );
+                twice += 1;
             }
         }
         if let Some(first) = out.first_mut() {
             first.admitted += self.unnamed as i64;
         }
-        out
+        (out, twice)
     }
 }
