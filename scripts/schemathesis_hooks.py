@@ -3,8 +3,8 @@
 Two rules of the API that JSON Schema cannot state. An `Idempotency-Key` sent
 again with another body is refused (422) by design, and the generator repeats
 small keys ("0", "A") across cases: a valid generated key is made unique, so that
-a request the generator means as valid is valid (invalid keys are sent as
-generated). And a flash sale's `begin_at` must
+a request the generator means as valid is valid (cases meant as invalid are
+sent as generated, all of them). And a flash sale's `begin_at` must
 be before its `end_at` (the document says so in words). A generated body that
 holds two valid times in the wrong order (or equal) gets `end_at` a second or two
 after `begin_at` (or, at the end of the years allowed, `begin_at` before `end_at`;
@@ -13,8 +13,8 @@ valid is valid. And the operations of a queue or raffle sale (a sale's
 challenge, queue and raffle) find one only when the id names it: schemathesis.sh
 makes a queue sale asking a proof of work (for the challenge), one asking none
 (for the queue) and a raffle sale, and names them in ST_POW_SALE, ST_QUEUE_SALE
-and ST_RAFFLE_SALE, and a case whose generated id is a valid one (a positive
-integer) is sent to that sale. Everything else, including every deliberately
+and ST_RAFFLE_SALE, and a case meant as valid whose generated id is a valid one (a
+positive 64-bit integer) is sent to that sale. Everything else, including every deliberately
 invalid body or id, is sent as generated.
 """
 import os
@@ -86,13 +86,26 @@ _SALES = (
 )
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _negative(case):
+    """Whether the case is generated to break the schema (sent as generated)."""
+    meta = getattr(case, "meta", None)
+    generation = getattr(meta, "generation", None)
+    return str(getattr(generation, "mode", "positive")) == "negative"
+
+
 def _admission_sale(context, case):
     """A valid id of an admission operation becomes the sale made for it."""
     if context.operation is None or not case.path_parameters:
         return
     generated = case.path_parameters.get("id")
-    valid = (isinstance(generated, int) and not isinstance(generated, bool) and generated > 0) or (
-        isinstance(generated, str) and generated.isascii() and generated.isdigit() and int(generated) > 0
+    valid = (isinstance(generated, int) and not isinstance(generated, bool) and 0 < generated <= _INT64_MAX) or (
+        isinstance(generated, str)
+        and generated.isascii()
+        and generated.isdigit()
+        and 0 < int(generated) <= _INT64_MAX
     )
     if not valid:
         return
@@ -105,6 +118,12 @@ def _admission_sale(context, case):
 
 @schemathesis.hook
 def map_case(context, case):
+    # A case generated to break the schema (a header left out, a value out of
+    # range) goes as generated: changing it would have schemathesis revalidate it
+    # as valid and send the header it meant to leave out (a missing Authorization
+    # then reaches the server with the configured token).
+    if _negative(case):
+        return case
     _unique_key(case)
     _admission_sale(context, case)
     body = case.body
