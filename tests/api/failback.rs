@@ -156,18 +156,18 @@ async fn a_fail_back_in_the_same_process_is_noticed_and_sells_no_one_twice() {
             .unwrap();
     let live = rows.iter().filter(|r| r.1 == "created" || r.1 == "paid").count();
     let failed = rows.iter().filter(|r| r.1 == "failed").count();
-    let numbers: HashSet<&str> = rows.iter().filter_map(|r| r.2.as_deref()).collect();
+    let numbered = rows.iter().filter(|r| r.2.is_some()).count();
     let remaining = app.stats(v).await["stock_remaining"].as_i64().unwrap();
     println!(
-        "fail-back: crowd {statuses:?}, second 202s {}, stored {}, live {live}, failed {failed}, numbers {}, redis remaining {remaining}",
+        "fail-back: crowd {statuses:?}, second 202s {}, stored {}, live {live}, failed {failed}, numbered {}, redis remaining {remaining}",
         twice.len(),
         rows.len(),
-        numbers.len()
+        numbered
     );
     assert!(twice.is_empty(), "shoppers sold twice after the fail-back: {twice:?}");
     assert_eq!(failed, 0, "orders stored failed");
     assert_eq!(statuses.get(&500), None, "no 500: {statuses:?}");
-    assert_eq!(numbers.len(), rows.len(), "every stored order has its business number");
+    assert_eq!(numbered, rows.len(), "every stored order has its business number");
     assert_eq!(live as i64 + remaining, stock, "live orders + remaining = stock");
     assert_eq!(live as i64, stock, "the whole stock sold");
     assert_balanced(&app, v).await;

@@ -383,7 +383,7 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
 #[tokio::test]
 async fn a_failed_order_is_counted_as_an_incident() {
     let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).forces_incidents().spawn().await;
+    let app = TestApp::builder(&ns).forces_incidents(&["failed"]).spawn().await;
     let v = app.flash_sale(10).await;
     sqlx::query("UPDATE seckill_vouchers SET stock = 0 WHERE voucher_id = $1")
         .bind(v)

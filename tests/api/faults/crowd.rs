@@ -19,6 +19,9 @@ pub struct Tally {
     pub landed: Option<InFlight>,
     /// Each shopper's answer (0: none).
     pub answers: Vec<(i64, u16)>,
+    /// The order id of every 202, repeats kept: two answers naming one id show
+    /// an id issued twice.
+    pub ids: Vec<i64>,
 }
 
 /// The work in flight at the instant a fault lands.
@@ -74,31 +77,30 @@ impl Landing {
         self.answered.fetch_add(1, SeqCst) + 1
     }
 
-    /// [`Landing::lands`] once both requests and unpersisted acknowledged orders
-    /// are in flight, for a crowd that is not always busy (one that pauses
-    /// between requests): tried until `within` has passed, when it returns what it
-    /// saw last (the caller's assertion then fails). Timing decides only how long
-    /// this waits.
-    pub async fn lands_when_busy(&self, within: Duration) -> InFlight {
-        let until = std::time::Instant::now() + within;
-        loop {
-            if self.sent.load(SeqCst) > self.answered.load(SeqCst) {
-                let seen = self.lands().await;
-                if (seen.requests > 0 && seen.unpersisted > 0) || std::time::Instant::now() > until {
-                    return seen;
-                }
-            } else if std::time::Instant::now() > until {
-                return self.lands().await;
+    /// What is in flight as the fault lands, recorded for the crowd (the first
+    /// reading, if called again), which fails unless both counts are above zero:
+    /// read ([`Landing::now`]) until requests and unpersisted acknowledged orders
+    /// are both in flight (a loop's requests may not have gone out yet, a crowd
+    /// may pause between requests), 5 s at most, when the last reading is taken
+    /// (and the crowd's assertion fails). Timing decides only how long this
+    /// waits; the fault's step follows at once.
+    pub async fn lands(&self) -> InFlight {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let landed = loop {
+            let seen = self.now().await;
+            if (seen.requests > 0 && seen.unpersisted > 0) || std::time::Instant::now() > until {
+                break seen;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        };
+        let mut seen = self.seen.lock().unwrap();
+        *seen.get_or_insert(landed)
     }
 
     /// What is in flight now: the orders acknowledged and not in Postgres (read
-    /// from Postgres now, before the fault: where the fault is Postgres itself,
-    /// just before it), then the requests sent and not answered. Recorded for the
-    /// crowd, which fails unless both are above zero.
-    pub async fn lands(&self) -> InFlight {
+    /// from Postgres now: before a fault, where the fault is Postgres itself,
+    /// just before it), then the requests sent and not answered.
+    pub async fn now(&self) -> InFlight {
         let acknowledged = self.acknowledged.lock().unwrap().clone();
         let stored: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND (id = ANY($2) OR issued_id = ANY($2))",
@@ -108,26 +110,29 @@ impl Landing {
         .fetch_one(&self.pg)
         .await
         .expect("the acknowledged orders in Postgres, as the fault lands");
-        let requests = self.sent.load(SeqCst) - self.answered.load(SeqCst);
-        let landed = InFlight {
+        // Answered first: a request answered between the two reads is then
+        // counted as in flight, never as less than none.
+        let answered = self.answered.load(SeqCst);
+        let requests = self.sent.load(SeqCst) - answered;
+        InFlight {
             requests,
             unpersisted: acknowledged.len().saturating_sub(stored as usize),
-        };
-        *self.seen.lock().unwrap() = Some(landed);
-        landed
+        }
     }
 }
 
 /// Fires one request per shopper at `base`, with the fault (`during`) injected in
 /// the middle, by construction rather than by timing: the first quarter goes
 /// out at once, 32 at a time; the fault starts when all of them are answered;
-/// the second quarter is released at that instant, at most 4 at a time (so that
-/// it lasts while the fault is injected); the second half waits until the fault
-/// has landed (`during` returned). The fault calls [`Landing::lands`] right
-/// before the step that lands it, and the crowd fails unless requests were in
-/// flight then (sent, not answered) and acknowledged orders were not yet in
-/// Postgres (`pg`'s database): a fault that lands on an idle system proves
-/// nothing. Returns the acknowledged order ids.
+/// the second quarter is released at that instant, at most 4 at a time, and
+/// while the fault is injected four shoppers of the first quarter at a time
+/// order again (answered `already_ordered`, or accepted if their first try was
+/// not), so that requests are in flight however long the injection takes; the
+/// second half waits until the fault has landed (`during` returned). The fault
+/// calls [`Landing::lands`] right before the step that lands it, and the crowd
+/// fails unless requests were in flight then (sent, not answered) and
+/// acknowledged orders were not yet in Postgres (`pg`'s database): a fault that
+/// lands on an idle system proves nothing. Returns the acknowledged order ids.
 pub async fn crowd<F, Fut>(
     base: &str,
     jwt: &seckill::http::auth::JwtKeys,
@@ -200,6 +205,9 @@ where
     // The second quarter's requests in flight at once.
     let trickle = Arc::new(tokio::sync::Semaphore::new(4));
     let (probe, quarter_c) = (landing.clone(), first_quarter.clone());
+    // The first quarter's shoppers, who order again while the fault is injected.
+    let again: Vec<(i64, String)> = tokens[..quarter].to_vec();
+    let (again_client, again_url) = (client.clone(), url.clone());
     // A task of its own: the fault may block its thread while requests go on.
     let requests = tokio::spawn(async move {
         futures::stream::iter(tokens.into_iter().enumerate())
@@ -219,18 +227,7 @@ where
                         _ => None,
                     };
                     probe.sending();
-                    let resp = client.post(&url).bearer_auth(t).send().await;
-                    let answer = async {
-                        let Ok(resp) = resp else { return (0, None) };
-                        let status = resp.status();
-                        if status != StatusCode::ACCEPTED {
-                            return (status.as_u16(), None);
-                        }
-                        let body: Option<serde_json::Value> = resp.json().await.ok();
-                        let id = body.and_then(|b| b["order_id"].as_str()?.parse::<i64>().ok());
-                        (status.as_u16(), id)
-                    };
-                    let (status, id) = answer.await;
+                    let (status, id) = order(&client, &url, &t).await;
                     if probe.answered(id) == quarter {
                         first_quarter.notify_one();
                     }
@@ -245,13 +242,38 @@ where
         .await
         .expect("the first quarter of the crowd answered within 30 s");
     phase_tx.send(1).unwrap();
+    // Four loops of the first quarter's shoppers ordering again, until the fault
+    // has landed.
+    let loops = if during.is_some() { 4 } else { 0 };
+    let pressure: Vec<_> = (0..loops)
+        .map(|lane| {
+            let (client, url, probe, again) = (again_client.clone(), again_url.clone(), landing.clone(), again.clone());
+            let phase = phase_tx.subscribe();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for (user, t) in again.iter().skip(lane).step_by(4).cycle() {
+                    if *phase.borrow() >= 2 {
+                        break;
+                    }
+                    probe.sending();
+                    let (status, id) = order(&client, &url, t).await;
+                    probe.answered(id);
+                    answers.push((*user, status, id, false));
+                }
+                answers
+            })
+        })
+        .collect();
     if let Some(during) = during {
         during(landing.clone()).await;
     }
     let answered_when_landed = landing.answered.load(SeqCst);
     // (No receiver left if the crowd has finished.)
     let _ = phase_tx.send(2);
-    let answers = requests.await.unwrap();
+    let mut answers = requests.await.unwrap();
+    for p in pressure {
+        answers.extend(p.await.unwrap());
+    }
     let accepted_after_fault = answers
         .iter()
         .filter(|(_, _, id, after)| id.is_some() && *after)
@@ -268,9 +290,25 @@ where
     for (user, status, id, _) in answers {
         *tally.statuses.entry(status).or_default() += 1;
         tally.acknowledged.extend(id);
+        tally.ids.extend(id);
         tally.answers.push((user, status));
     }
     tally
+}
+
+/// One order of the shopper whose token is `token`: its status (0: no answer)
+/// and, for a 202, the order id.
+async fn order(client: &reqwest::Client, url: &str, token: &str) -> (u16, Option<i64>) {
+    let Ok(resp) = client.post(url).bearer_auth(token).send().await else {
+        return (0, None);
+    };
+    let status = resp.status();
+    if status != StatusCode::ACCEPTED {
+        return (status.as_u16(), None);
+    }
+    let body: Option<serde_json::Value> = resp.json().await.ok();
+    let id = body.and_then(|b| b["order_id"].as_str()?.parse::<i64>().ok());
+    (status.as_u16(), id)
 }
 
 /// After the fault: a crowd of 400 new shoppers (more than any scenario's stock)
@@ -310,6 +348,7 @@ pub async fn after_the_fault(
         statuses,
         landed: before.landed,
         answers: before.answers.into_iter().chain(after.answers).collect(),
+        ids: before.ids.into_iter().chain(after.ids).collect(),
     }
 }
 
@@ -366,6 +405,12 @@ pub async fn settle_on(scenario: &str, app: &TestApp, voucher: i64, stock: i64, 
         persisted.len(),
         live.len(),
         audit["in_flight"]["orders"]
+    );
+    let distinct: HashSet<i64> = tally.ids.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        tally.ids.len(),
+        "{scenario}: one order id acknowledged to two shoppers"
     );
     assert_eq!(lost, 0, "{scenario}: acknowledged orders lost");
     assert_eq!(failed, 0, "{scenario}: the database refused orders Redis accepted");

@@ -74,15 +74,25 @@ async fn cutting_the_rabbitmq_connections_loses_nothing() {
     assert!(pids.len() >= 2, "the relay's and the worker's connections: {pids:?}");
     let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| async move {
         landing.lands().await;
-        let mut cut = 0;
-        for pid in &pids {
-            let ok = std::process::Command::new("rabbitmqctl")
-                .args(["close_connection", pid, "fault test"])
-                .status()
-                .unwrap();
-            cut += usize::from(ok.success());
-        }
+        // Both at once: each `rabbitmqctl` takes a second or more to start.
+        let closing: Vec<_> = pids
+            .iter()
+            .map(|pid| {
+                std::process::Command::new("rabbitmqctl")
+                    .args(["close_connection", pid, "fault test"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let cut = closing
+            .into_iter()
+            .map(|mut c| c.wait().unwrap().success())
+            .filter(|ok| *ok)
+            .count();
         assert!(cut >= 2, "the relay's and the worker's connections were cut ({cut})");
+        // The cut took its time: requests were still in flight when it was done.
+        let after = landing.now().await;
+        assert!(after.requests > 0, "nothing in flight once the cut was done: {after:?}");
     })
     .await;
     let all = after_the_fault("rabbitmq connections cut", &app.addr, &app.jwt, app.pg(), v, tally).await;
@@ -264,6 +274,9 @@ async fn rabbitmq_restarted_mid_sale_loses_nothing() {
         async move {
             landing.lands().await;
             tokio::task::spawn_blocking(move || rabbit.stop()).await.unwrap();
+            // The stop took its time: requests were still in flight when it was done.
+            let after = landing.now().await;
+            assert!(after.requests > 0, "nothing in flight once RabbitMQ stopped: {after:?}");
         }
     })
     .await;

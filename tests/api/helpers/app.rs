@@ -22,8 +22,8 @@ pub struct TestApp {
     pub addr: String,
     pub client: reqwest::Client,
     pub jwt: JwtKeys,
-    /// The test forces incidents on purpose (and reads them itself).
-    forces_incidents: bool,
+    /// The kinds of incident the test forces on purpose (and reads itself).
+    forces_incidents: &'static [&'static str],
 }
 
 /// What an instance runs and with which settings; by default everything (`seckill
@@ -34,14 +34,14 @@ pub struct Builder<'a> {
     env: Vec<(String, String)>,
     mode: Mode,
     options: Options,
-    forces_incidents: bool,
+    forces_incidents: &'static [&'static str],
 }
 
 impl Builder<'_> {
-    /// The test forces incidents on this instance on purpose (and asserts them
-    /// itself): they do not fail it when it ends.
-    pub fn forces_incidents(mut self) -> Self {
-        self.forces_incidents = true;
+    /// The test forces incidents of these kinds on this instance on purpose (and
+    /// asserts them itself): they do not fail it when it ends; any other kind does.
+    pub fn forces_incidents(mut self, kinds: &'static [&'static str]) -> Self {
+        self.forces_incidents = kinds;
         self
     }
 
@@ -128,7 +128,7 @@ impl TestApp {
             env: Vec::new(),
             mode: Mode::All,
             options: Options::default(),
-            forces_incidents: false,
+            forces_incidents: &[],
         }
     }
 
@@ -272,57 +272,70 @@ impl TestApp {
     }
 
     pub async fn shutdown(mut self) {
-        self.check_incidents();
         if let Some(app) = self.app.take() {
+            let metrics = app.state().metrics.clone();
             app.shutdown().await;
+            // After the shutdown: what the worker met draining its last batch too.
+            self.check(&metrics);
         }
     }
 
     /// Stops everything at once, as a crash would.
     pub async fn crash(mut self) {
-        self.check_incidents();
         if let Some(app) = self.app.take() {
+            let metrics = app.state().metrics.clone();
             app.abort().await;
+            self.check(&metrics);
         }
     }
 
     /// The incidents this instance counted, by kind (every kind it counted).
     pub fn incidents(&self) -> Vec<(String, u64)> {
-        use prometheus::core::Collector;
-        let Some(app) = &self.app else { return Vec::new() };
-        app.state()
-            .metrics
-            .worker_incidents
-            .collect()
-            .iter()
-            .flat_map(|family| family.get_metric())
-            .filter_map(|m| {
-                let kind = m.get_label().iter().find(|l| l.name() == "kind")?.value().to_owned();
-                let n = m.get_counter().get_value() as u64;
-                (n > 0).then_some((kind, n))
-            })
-            .collect()
+        match &self.app {
+            Some(app) => counted(&app.state().metrics),
+            None => Vec::new(),
+        }
     }
 
-    /// Fails the test on any incident of this instance, unless it forces them.
-    fn check_incidents(&self) {
-        if self.forces_incidents || std::thread::panicking() {
+    /// Fails the test on any incident of `metrics` (this instance's) of a kind it
+    /// does not force.
+    fn check(&self, metrics: &seckill::metrics::Metrics) {
+        if std::thread::panicking() {
             return;
         }
-        let incidents = self.incidents();
+        let unforced: Vec<(String, u64)> = counted(metrics)
+            .into_iter()
+            .filter(|(kind, _)| !self.forces_incidents.contains(&kind.as_str()))
+            .collect();
         assert!(
-            incidents.is_empty(),
-            "the instance at {} counted incidents no test forced: {incidents:?} (its INCIDENT log lines name them)",
+            unforced.is_empty(),
+            "the instance at {} counted incidents no test forced: {unforced:?} (its INCIDENT log lines name them)",
             self.addr
         );
     }
+}
+
+/// The incidents counted in `metrics`, by kind.
+fn counted(metrics: &seckill::metrics::Metrics) -> Vec<(String, u64)> {
+    use prometheus::core::Collector;
+    metrics
+        .worker_incidents
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter_map(|m| {
+            let kind = m.get_label().iter().find(|l| l.name() == "kind")?.value().to_owned();
+            let n = m.get_counter().get_value() as u64;
+            (n > 0).then_some((kind, n))
+        })
+        .collect()
 }
 
 impl Drop for TestApp {
     fn drop(&mut self) {
         if let Some(app) = &self.app {
             app.stop_token().cancel();
+            self.check(&app.state().metrics.clone());
         }
-        self.check_incidents();
     }
 }

@@ -115,6 +115,10 @@ pub struct Namespace {
 /// test (no test forces incidents in a process of its own).
 pub static INCIDENT_LINES: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
 
+/// The threads reading those processes' logs, by namespace.
+pub static LOG_READERS: std::sync::Mutex<Vec<(String, std::thread::JoinHandle<()>)>> =
+    std::sync::Mutex::new(Vec::new());
+
 impl Namespace {
     pub async fn new() -> Self {
         let id = uuid::Uuid::new_v4().simple().to_string();
@@ -172,11 +176,31 @@ impl Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
+        // The log readers of this namespace's processes: a process the test
+        // stopped has its last lines read first (waited for 5 s at most; one still
+        // running is read up to here).
+        let readers: Vec<std::thread::JoinHandle<()>> = {
+            let mut all = LOG_READERS.lock().unwrap();
+            let (mine, rest): (Vec<_>, Vec<_>) = all.drain(..).partition(|(ns, _)| *ns == self.name);
+            *all = rest;
+            mine.into_iter().map(|(_, r)| r).collect()
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        while readers.iter().any(|r| !r.is_finished()) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let lines = self.incident_lines();
         INCIDENT_LINES.lock().unwrap().retain(|(ns, _)| *ns != self.name);
+        self.clean_up();
         if !std::thread::panicking() {
             assert!(lines.is_empty(), "processes of this test logged incidents: {lines:#?}");
         }
+    }
+}
+
+impl Namespace {
+    /// Removes the namespace's database, Redis keys and RabbitMQ topology.
+    fn clean_up(&self) {
         let (name, db) = (self.name.clone(), self.db.clone());
         let (redis_url, amqp_url) = (self.vars["REDIS_URL"].clone(), self.vars["AMQP_URL"].clone());
         // Drop runs outside any async context we could block: clean up on a thread

@@ -16,7 +16,7 @@ async fn two_shoppers_given_one_id_each_keep_their_order() {
     // The collision is forced: its incident is asserted below.
     let a = TestApp::builder(&ns)
         .env("SECKILL_ID_BLOCK", "50")
-        .forces_incidents()
+        .forces_incidents(&["id_collision"])
         .spawn()
         .await;
     let v = a.flash_sale(100).await;

@@ -241,7 +241,11 @@ async fn an_order_only_in_an_intent_is_published_again_by_the_repair() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_never_sold_twice() {
     let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).api_only().forces_incidents().spawn().await;
+    let app = TestApp::builder(&ns)
+        .api_only()
+        .forces_incidents(&["late_conflict"])
+        .spawn()
+        .await;
     let v = app.flash_sale(6).await;
     for u in 1..=4 {
         assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED, "shopper {u}");

@@ -148,7 +148,7 @@ async fn a_poison_message_is_dead_lettered_and_kept_for_people() {
 #[tokio::test]
 async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
     let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).forces_incidents().spawn().await;
+    let app = TestApp::builder(&ns).forces_incidents(&["dead_lettered"]).spawn().await;
     let v = app.flash_sale(10).await;
     let epoch = 0i64;
     let now = chrono::Utc::now().timestamp_millis();
@@ -225,7 +225,9 @@ async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persist
         .execute(&admin)
         .await
         .unwrap();
-    let mut builder = TestApp::builder(&ns).mode(Mode::Worker).forces_incidents();
+    let mut builder = TestApp::builder(&ns)
+        .mode(Mode::Worker)
+        .forces_incidents(&["dead_lettered"]);
     for (k, val) in limits {
         builder = builder.env(k, val);
     }

@@ -16,7 +16,11 @@ use super::*;
 #[tokio::test]
 async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     let ns = Namespace::new().await;
-    let app = TestApp::builder(&ns).api_only().forces_incidents().spawn().await;
+    let app = TestApp::builder(&ns)
+        .api_only()
+        .forces_incidents(&["unreadable_outbox_entry"])
+        .spawn()
+        .await;
     let v = app.flash_sale(10).await;
     let outbox = ns.keys().outbox(v);
     let mut conn = app.redis().await;

@@ -66,12 +66,14 @@ async fn two_masters(ns: &Namespace, replicas: u16) -> (OwnCluster, TestApp, (i6
 type Answers = (Vec<(Instant, u16)>, HashSet<i64>);
 
 /// Orders from new shoppers, one after another, until `stop`: each answer with
-/// when it came, and the ids acknowledged.
+/// when it came, and the ids acknowledged. `landing` follows them (what they
+/// have in flight when a fault lands).
 fn shoppers(
     app: &TestApp,
     v: i64,
     first_user: i64,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    landing: Landing,
 ) -> tokio::task::JoinHandle<Answers> {
     let (addr, jwt) = (app.addr.clone(), seckill::http::auth::JwtKeys::new(SECRET));
     tokio::spawn(async move {
@@ -84,24 +86,26 @@ fn shoppers(
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             user += 1;
             let token = jwt.mint(user, seckill::http::auth::Role::Shopper, 600);
+            landing.sending();
             let r = client
                 .post(format!("{addr}/api/v1/vouchers/{v}/orders"))
                 .bearer_auth(token)
                 .send()
                 .await;
-            let status = match r {
+            let (status, id) = match r {
                 Ok(r) => {
                     let status = r.status().as_u16();
+                    let mut id = None;
                     if status == 202 {
                         let body: serde_json::Value = r.json().await.unwrap_or_default();
-                        if let Some(id) = body["order_id"].as_str().and_then(|s| s.parse().ok()) {
-                            ids.insert(id);
-                        }
+                        id = body["order_id"].as_str().and_then(|s| s.parse().ok());
+                        ids.extend(id);
                     }
-                    status
+                    (status, id)
                 }
-                Err(_) => 0,
+                Err(_) => (0, None),
             };
+            landing.answered(id);
             answers.push((Instant::now(), status));
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -140,9 +144,16 @@ async fn a_killed_master_closes_only_its_sales_until_a_replica_is_back() {
     let ns = Namespace::new().await;
     let (cluster, app, (target, master), other) = two_masters(&ns, 1).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let on_target = shoppers(&app, target, 100, stop.clone());
-    let on_other = shoppers(&app, other, 100, stop.clone());
+    let landing = Landing::new(app.pg(), target);
+    let on_target = shoppers(&app, target, 100, stop.clone(), landing.clone());
+    let on_other = shoppers(&app, other, 100, stop.clone(), Landing::new(app.pg(), other));
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // The kill lands on the target sale's work in flight.
+    let landed = landing.lands().await;
+    assert!(
+        landed.requests > 0 && landed.unpersisted > 0,
+        "the kill landed with nothing in flight: {landed:?}"
+    );
     cluster.kill(master);
     let killed = Instant::now();
     let key = ns.keys().stock(target);
@@ -215,9 +226,16 @@ async fn with_two_replicas_a_killed_masters_sales_sell_again_once_failed_over() 
     let ns = Namespace::new().await;
     let (cluster, app, (target, master), other) = two_masters(&ns, 2).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let on_target = shoppers(&app, target, 100, stop.clone());
-    let on_other = shoppers(&app, other, 100, stop.clone());
+    let landing = Landing::new(app.pg(), target);
+    let on_target = shoppers(&app, target, 100, stop.clone(), landing.clone());
+    let on_other = shoppers(&app, other, 100, stop.clone(), Landing::new(app.pg(), other));
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // The kill lands on the target sale's work in flight.
+    let landed = landing.lands().await;
+    assert!(
+        landed.requests > 0 && landed.unpersisted > 0,
+        "the kill landed with nothing in flight: {landed:?}"
+    );
     cluster.kill(master);
     let killed = Instant::now();
     let next = std::sync::atomic::AtomicI64::new(900_001);

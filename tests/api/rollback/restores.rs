@@ -4,6 +4,10 @@
 //! `fencing_tokens_and_the_repair_survive_a_restore`.
 use super::*;
 
+/// Nothing is in flight when this restore lands, on purpose: every order is
+/// persisted first, so that the restored server holds shoppers and units that
+/// Postgres says are sold (the in-flight case is the next test's, which asserts
+/// work in flight as its fault lands).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_restored_from_an_older_snapshot_sells_no_one_twice_and_loses_nothing() {
     let ns = Namespace::new().await;
@@ -104,7 +108,7 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     // the snapshot and maybe not relayed when it died).
     let mut acknowledged: Vec<i64> = first.values().copied().collect();
     let in_the_crowd: HashSet<i64> = crowd.acknowledged.clone();
-    acknowledged.extend(in_the_crowd.iter().copied());
+    acknowledged.extend(crowd.ids.iter().copied());
     selling_again(&app, v, 99_999).await;
     // Everyone who did not get an answer tries again, and later shoppers come, until
     // Redis says the sale is sold out. (The units of orders lost with the server are
