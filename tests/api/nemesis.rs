@@ -317,25 +317,10 @@ async fn run(seed: u64, secs: u64, every: Duration, freeze: Duration) -> Report 
 
 /// Closes every RabbitMQ connection of the namespace (`rabbitmqctl`).
 fn close_rabbitmq_connections(name: &str) {
-    let out = std::process::Command::new("rabbitmqctl")
-        .args([
-            "list_connections",
-            "-q",
-            "--no-table-headers",
-            "pid",
-            "client_properties",
-        ])
-        .output();
-    let Ok(out) = out else { return };
-    for line in String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(name))
-    {
-        if let Some(pid) = line.split_whitespace().next() {
-            let _ = std::process::Command::new("rabbitmqctl")
-                .args(["close_connection", pid, "nemesis"])
-                .status();
-        }
+    for pid in crate::fixtures::rabbitmq_connections(name) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["close_connection", &pid, "nemesis"])
+            .status();
     }
 }
 

@@ -56,21 +56,7 @@ async fn cutting_the_rabbitmq_connections_loses_nothing() {
     let name = format!("seckill:{}", ns.name);
     // The connections are listed before the crowd (`rabbitmqctl` takes a second or
     // more): the relay's and the worker's, made at start and kept.
-    let out = std::process::Command::new("rabbitmqctl")
-        .args([
-            "list_connections",
-            "-q",
-            "--no-table-headers",
-            "pid",
-            "client_properties",
-        ])
-        .output()
-        .unwrap();
-    let pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(&name))
-        .filter_map(|l| Some(l.split_whitespace().next()?.to_owned()))
-        .collect();
+    let pids = crate::fixtures::rabbitmq_connections(&name);
     assert!(pids.len() >= 2, "the relay's and the worker's connections: {pids:?}");
     let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| async move {
         landing.lands().await;
