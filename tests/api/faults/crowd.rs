@@ -311,19 +311,42 @@ async fn order(client: &reqwest::Client, url: &str, token: &str) -> (u16, Option
     (status.as_u16(), id)
 }
 
-/// After the fault: a crowd of 400 new shoppers (more than any scenario's stock)
-/// at `base` buys what is left. Orders must have been accepted after the fault
-/// landed, in the fault's crowd (its second half) or in this one: a relay or
-/// worker that never came back leaves them unpersisted, and `settle` fails.
-/// Returns `before`'s acknowledged orders and answers with this crowd's.
+/// After the fault: once the sale answers anything but a 5xx again (a probe
+/// shopper tries, 60 s at most: a fault that closed the sale may outlast the
+/// fault's crowd, whose shoppers were answered 503 at once), a crowd of 400 new
+/// shoppers (more than any scenario's stock) at `base` buys what is left. Orders
+/// must have been accepted after the fault landed, in the fault's crowd (its
+/// second half) or in this one: a relay or worker that never came back leaves
+/// them unpersisted, and `settle` fails. Returns `before`'s acknowledged orders
+/// and answers with the probe's and this crowd's.
 pub async fn after_the_fault(
     scenario: &str,
     base: &str,
     jwt: &seckill::http::auth::JwtKeys,
     pg: &sqlx::PgPool,
     voucher: i64,
-    before: Tally,
+    mut before: Tally,
 ) -> Tally {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!("{base}/api/v1/vouchers/{voucher}/orders");
+    let probe = jwt.mint(99_999, seckill::http::auth::Role::Shopper, 600);
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, id) = order(&client, &url, &probe).await;
+        if status != 0 && status < 500 {
+            before.acknowledged.extend(id);
+            before.ids.extend(id);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{scenario}: the sale answered {status} for 60 s after the fault"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let after = quiet_crowd(base, jwt, pg, voucher, 100_000..100_400).await;
     let accepted_after_fault = before.accepted_after_fault + after.acknowledged.len();
     println!(
