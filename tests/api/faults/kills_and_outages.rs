@@ -140,27 +140,42 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
     let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..201, |landing| async move {
         let (app, destroyed) = (app_ref, destroyed_ref);
         // Everything of this deployment goes, the outbox too: the orders in it at that
-        // instant (read in the same MULTI) are lost with it, acknowledged or not; that
-        // is what Redis durability settings are for. Everything else must survive.
-        // On a cluster the sale's keys (one slot) go in that MULTI, the others
-        // (epoch marker, counters) right after.
+        // instant (read in the same script) are lost with it, acknowledged or not;
+        // that is what Redis durability settings are for. Everything else must
+        // survive. On a cluster the sale's keys (one slot) go in that script, the
+        // others (epoch marker, counters) right after.
         let mut redis = app.redis().await;
         let (sale, others): (Vec<String>, Vec<String>) = all_keys(&redis_url(), pattern)
             .await
             .into_iter()
             .partition(|k| seckill::keys::slot(k.as_bytes()) == seckill::keys::slot(outbox.as_bytes()));
         landing.lands().await;
-        let (entries, _): (redis::streams::StreamRangeReply, i64) = redis::pipe()
-            .atomic()
-            .cmd("XRANGE")
-            .arg(outbox)
-            .arg("-")
-            .arg("+")
-            .cmd("DEL")
-            .arg(sale)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
+        // The outbox drains between two orders (the relay trims what it published),
+        // so "it held something" is checked in the step that destroys it: one script
+        // (one slot) that deletes the sale only while its outbox is not empty, tried
+        // again until it does while the crowd still sends.
+        let destroy = redis::Script::new(
+            "if redis.call('XLEN', KEYS[1]) == 0 then return false end \
+             local entries = redis.call('XRANGE', KEYS[1], '-', '+') \
+             redis.call('DEL', unpack(KEYS)) \
+             return entries",
+        );
+        let mut invocation = destroy.key(outbox);
+        for k in &sale {
+            invocation.key(k);
+        }
+        let since = std::time::Instant::now();
+        let entries: redis::streams::StreamRangeReply = loop {
+            let held: Option<redis::streams::StreamRangeReply> = invocation.invoke_async(&mut redis).await.unwrap();
+            if let Some(entries) = held {
+                break entries;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "the outbox held no order in 10 s of the crowd"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
         let mut rest = redis::pipe();
         for k in &others {
             rest.del(k).ignore();
