@@ -30,51 +30,50 @@ async fn order_answer(app: &TestApp, voucher: i64, user: i64) -> (StatusCode, Op
 
 /// The only node turned into a replica (`REPLICAOF` a master that does not answer,
 /// so it keeps its data and refuses writes with `READONLY`; then, not serving stale
-/// data, every command with `MASTERDOWN`): redis-rs hands these back as reply
-/// values, not connection errors, and every order used to answer 500 for as long
-/// as it lasted. Now each answers 503 `unavailable` with `Retry-After`; once the
-/// node is a master again the sale sells on, and every acknowledged order is
-/// persisted with the books balanced.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// data, every command with `MASTERDOWN`) while a crowd orders: redis-rs hands these
+/// back as reply values, not connection errors, and every order used to answer 500
+/// for as long as it lasted. Now each answers 503 `unavailable` with `Retry-After`;
+/// once the node is a master again the sale sells on, and every acknowledged order
+/// is persisted with the books balanced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_master_turned_replica_answers_503_until_it_is_a_master_again() {
     let ns = Namespace::new().await;
     let redis = OwnRedis::aof_always();
-    let app = TestApp::builder(&ns).env("REDIS_URL", redis.url()).spawn().await;
-    let v = app.flash_sale(20).await;
-    let first = selling_again(&app, v, 1).await;
-    assert_eq!(first.0, StatusCode::ACCEPTED, "{}", first.1);
-
-    let nobody = free_port().to_string();
-    assert_eq!(redis.cli(&["REPLICAOF", "127.0.0.1", &nobody]).as_deref(), Some("OK"));
-    let mut user = 100;
-    for phase in ["READONLY", "MASTERDOWN"] {
-        if phase == "MASTERDOWN" {
-            let set = redis.cli(&["CONFIG", "SET", "replica-serve-stale-data", "no"]);
-            assert_eq!(set.as_deref(), Some("OK"));
+    let app = Arc::new(TestApp::builder(&ns).env("REDIS_URL", redis.url()).spawn().await);
+    let stock = 300;
+    let v = app.flash_sale(stock).await;
+    let (app_ref, redis_ref) = (&app, &redis);
+    let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..401, |landing| async move {
+        let (app, redis) = (app_ref, redis_ref);
+        let nobody = free_port().to_string();
+        landing.lands().await;
+        assert_eq!(redis.cli(&["REPLICAOF", "127.0.0.1", &nobody]).as_deref(), Some("OK"));
+        let mut user = 10_000;
+        for phase in ["READONLY", "MASTERDOWN"] {
+            if phase == "MASTERDOWN" {
+                let set = redis.cli(&["CONFIG", "SET", "replica-serve-stale-data", "no"]);
+                assert_eq!(set.as_deref(), Some("OK"));
+            }
+            // Several in a row: the first may meet the refusal on the open
+            // connection, the next ones on a new connection to a server that is
+            // not a master.
+            for _ in 0..5 {
+                user += 1;
+                let (status, retry_after, code) = order_answer(app, v, user).await;
+                assert_eq!(
+                    (status, code.as_str()),
+                    (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+                    "{phase}: an order on a replica"
+                );
+                assert!(retry_after.is_some(), "{phase}: 503 without Retry-After");
+            }
         }
-        // Several in a row: the first meets the refusal on the open connection,
-        // the next ones on a new connection to a server that is not a master.
-        for _ in 0..5 {
-            user += 1;
-            let (status, retry_after, code) = order_answer(&app, v, user).await;
-            assert_eq!(
-                (status, code.as_str()),
-                (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-                "{phase}: an order on a replica"
-            );
-            assert!(retry_after.is_some(), "{phase}: 503 without Retry-After");
-        }
-    }
-
-    assert_eq!(redis.cli(&["REPLICAOF", "NO", "ONE"]).as_deref(), Some("OK"));
-    let (status, body) = selling_again(&app, v, 500).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "a master again: sells again: {body}");
-    let persisted = eventually(Duration::from_secs(30), || async {
-        (app.stats(v).await["orders_persisted"] == 2).then_some(())
+        assert_eq!(redis.cli(&["REPLICAOF", "NO", "ONE"]).as_deref(), Some("OK"));
     })
     .await;
-    assert!(persisted.is_some(), "both acknowledged orders persisted");
-    assert_balanced(&app, v).await;
+    let scenario = "a master turned replica";
+    let all = after_the_fault(scenario, &app.addr, &app.jwt, app.pg(), v, tally).await;
+    settle(scenario, &app, v, stock, &all).await;
 }
 
 /// The handle itself: a write refused with `READONLY` (a reply value in redis-rs,

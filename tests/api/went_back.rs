@@ -3,6 +3,7 @@
 //! the script that would have sold from it; a restart that lost nothing closes
 //! nothing; a repair waits for no transaction; each sale's closed time is a figure.
 //! On Redis servers of the test's own.
+use crate::faults::crowd::{assert_persisted, Steady};
 use crate::fixtures::OwnRedis;
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -154,42 +155,22 @@ async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
         .await;
     let stock = 5_000i64;
     let v = app.flash_sale(stock).await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let shoppers = {
-        let (stop, addr) = (stop.clone(), app.addr.clone());
-        let jwt = seckill::http::auth::JwtKeys::new(SECRET);
-        tokio::spawn(async move {
-            let client = reqwest::Client::new();
-            let mut answers: Vec<(Instant, u16)> = Vec::new();
-            let mut user = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                user += 1;
-                let token = jwt.mint(user, seckill::http::auth::Role::Shopper, 600);
-                let sent = Instant::now();
-                let r = client
-                    .post(format!("{addr}/api/v1/vouchers/{v}/orders"))
-                    .bearer_auth(token)
-                    .send()
-                    .await;
-                answers.push((sent, r.map_or(0, |r| r.status().as_u16())));
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            answers
-        })
-    };
+    let jwt = seckill::http::auth::JwtKeys::new(SECRET);
+    let shoppers = Steady::start(&app.addr, &jwt, app.pg(), v, 1, 1, Duration::from_millis(5));
     tokio::time::sleep(Duration::from_secs(1)).await;
+    // Requests and acknowledged orders on their way to Postgres meet the kill.
+    shoppers.lands().await;
     redis.crash_and_restart();
     let answering = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let answers = shoppers.await.unwrap();
+    let answers = shoppers.stop().await;
     // The orders sent after Redis answered again: 202, but for the first on each
     // connection the application had to the dead server (an HTTP worker's, the
     // shared one: this instance has 2 HTTP workers on this machine).
     let after: Vec<u16> = answers
         .iter()
-        .filter(|(sent, _)| *sent > answering)
-        .map(|(_, s)| *s)
+        .filter(|a| a.sent > answering)
+        .map(|a| a.status)
         .collect();
     let refused: Vec<&u16> = after.iter().filter(|s| **s != 202).collect();
     println!(
@@ -199,10 +180,9 @@ async fn a_restart_with_all_data_under_a_steady_crowd_repairs_nothing() {
     assert!(after.len() > 50, "the crowd went on: {}", after.len());
     assert!(refused.len() <= 3, "after Redis answered again: {refused:?}");
     assert_eq!(repairs_of(&app, v).await, 0, "nothing to repair");
-    let sold = answers.iter().filter(|(_, s)| *s == 202).count() as i64;
-    // Every acknowledged order stored (and those whose 202 was lost with the
-    // connection when Redis was killed: Redis kept them).
-    wait_stored(&app, v, sold, Duration::from_secs(30), "restart under a crowd").await;
+    let acknowledged: Vec<i64> = answers.iter().filter_map(|a| a.id).collect();
+    // Every acknowledged order stored, those in flight at the kill too.
+    assert_persisted("restart under a crowd", app.pg(), v, &acknowledged).await;
     assert_no_incidents("restart under a crowd", &[&app.addr]).await;
 }
 

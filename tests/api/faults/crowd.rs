@@ -77,8 +77,9 @@ impl Landing {
         self.answered.fetch_add(1, SeqCst) + 1
     }
 
-    /// What is in flight as the fault lands, recorded for the crowd (the first
-    /// reading, if called again), which fails unless both counts are above zero:
+    /// What is in flight as the fault lands (the crowd records the first reading,
+    /// if called again; each call returns its own), which the crowd fails unless
+    /// both counts are above zero:
     /// read ([`Landing::now`]) until requests and unpersisted acknowledged orders
     /// are both in flight (a loop's requests may not have gone out yet, a crowd
     /// may pause between requests), 5 s at most, when the last reading is taken
@@ -93,8 +94,10 @@ impl Landing {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         };
-        let mut seen = self.seen.lock().unwrap();
-        *seen.get_or_insert(landed)
+        // The crowd keeps the first; each caller gets its own reading (a test
+        // that lands several faults checks each).
+        self.seen.lock().unwrap().get_or_insert(landed);
+        landed
     }
 
     /// What is in flight now: the orders acknowledged and not in Postgres (read
@@ -149,6 +152,14 @@ where
     let landed = tally.landed.take();
     let landed = landed.expect("the fault never called Landing::lands before it landed");
     println!("crowd: at the fault's landing {landed:?}");
+    assert_in_flight(&landed);
+    tally.landed = Some(landed);
+    tally
+}
+
+/// Fails unless work was in flight when a fault landed: requests sent and not
+/// answered, and acknowledged orders not yet in Postgres.
+pub fn assert_in_flight(landed: &InFlight) {
     assert!(
         landed.requests > 0,
         "the fault landed with no request in flight: {landed:?}"
@@ -157,8 +168,128 @@ where
         landed.unpersisted > 0,
         "the fault landed with every acknowledged order already in Postgres: {landed:?}"
     );
-    tally.landed = Some(landed);
-    tally
+}
+
+/// How many shoppers each lane of a [`Steady`] stream has (then it stops).
+const SHOPPERS_PER_LANE: i64 = 3_000;
+
+/// One answer of a [`Steady`] stream.
+#[derive(Clone, Copy, Debug)]
+pub struct Answer {
+    pub sent: std::time::Instant,
+    /// 0: no answer.
+    pub status: u16,
+    /// The order id of a 202.
+    pub id: Option<i64>,
+}
+
+/// A steady stream of new shoppers ordering from one sale, for a fault test that
+/// is not shaped like a crowd (a fault that lasts while the test probes the
+/// service, a stream it measures): `lanes` loops, each a new shopper at a time
+/// (users `first`, `first + 1`, … dealt round the lanes) with `pause` between
+/// two orders, until [`Steady::stop`]. The fault calls [`Steady::lands`] right
+/// before the step that lands it: it fails unless requests and unpersisted
+/// acknowledged orders were in flight then, as [`crowd`]'s.
+pub struct Steady {
+    landing: Landing,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    lanes: Vec<tokio::task::JoinHandle<Vec<Answer>>>,
+}
+
+impl Steady {
+    pub fn start(
+        base: &str,
+        jwt: &seckill::http::auth::JwtKeys,
+        pg: &sqlx::PgPool,
+        voucher: i64,
+        first: i64,
+        lanes: i64,
+        pause: Duration,
+    ) -> Self {
+        let landing = Landing::new(pg, voucher);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        let url = format!("{base}/api/v1/vouchers/{voucher}/orders");
+        let lanes = (0..lanes)
+            .map(|lane| {
+                // Minted here (the keys stay with the test): enough for a minute of
+                // the fastest stream a test runs.
+                let tokens: Vec<(i64, String)> = (0..SHOPPERS_PER_LANE)
+                    .map(|k| first + lane + k * lanes)
+                    .map(|u| (u, jwt.mint(u, seckill::http::auth::Role::Shopper, 600)))
+                    .collect();
+                let (client, url, landing, stop) = (client.clone(), url.clone(), landing.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut answers = Vec::new();
+                    for (_, token) in tokens {
+                        if stop.load(SeqCst) {
+                            break;
+                        }
+                        let sent = std::time::Instant::now();
+                        landing.sending();
+                        let (status, id) = order(&client, &url, &token).await;
+                        landing.answered(id);
+                        answers.push(Answer { sent, status, id });
+                        tokio::time::sleep(pause).await;
+                    }
+                    answers
+                })
+            })
+            .collect();
+        Self { landing, stop, lanes }
+    }
+
+    /// Right before the step that lands the fault: waits (5 s at most) until
+    /// requests and unpersisted acknowledged orders are both in flight, and fails
+    /// unless they are.
+    pub async fn lands(&self) -> InFlight {
+        let landed = self.landing.lands().await;
+        println!("steady stream: at the fault's landing {landed:?}");
+        assert_in_flight(&landed);
+        landed
+    }
+
+    /// Stops the stream and returns every answer, once each lane's last request is
+    /// answered.
+    pub async fn stop(self) -> Vec<Answer> {
+        self.stop.store(true, SeqCst);
+        let mut answers = Vec::new();
+        for lane in self.lanes {
+            answers.extend(lane.await.unwrap());
+        }
+        answers
+    }
+}
+
+/// Until every order in `acknowledged` is in Postgres (60 s at most); fails
+/// naming how many are not.
+pub async fn assert_persisted(scenario: &str, pg: &sqlx::PgPool, voucher: i64, acknowledged: &[i64]) {
+    let missing = || async {
+        let stored: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM voucher_orders WHERE voucher_id = $1 AND (id = ANY($2) OR issued_id = ANY($2))",
+        )
+        .bind(voucher)
+        .bind(acknowledged)
+        .fetch_one(pg)
+        .await
+        .expect("the acknowledged orders in Postgres");
+        acknowledged.len().saturating_sub(stored as usize)
+    };
+    let stored = crate::helpers::eventually(Duration::from_secs(60), || async {
+        (missing().await == 0).then_some(())
+    })
+    .await;
+    if stored.is_none() {
+        panic!(
+            "{scenario}: {} of {} acknowledged orders not in Postgres after 60 s",
+            missing().await,
+            acknowledged.len()
+        );
+    }
 }
 
 /// A crowd as [`crowd`]'s, without a fault.

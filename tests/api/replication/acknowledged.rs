@@ -78,10 +78,16 @@ async fn orders_are_acknowledged_only_once_a_replica_holds_them() {
         .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "2000")
         .spawn()
         .await;
-    let v = app.flash_sale(20).await;
+    let v = app.flash_sale(20_000).await;
     assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED, "the replica holds it");
 
+    // The replica stops under a stream of shoppers: requests waiting for it and
+    // acknowledged orders on their way to Postgres meet it. The stream ends
+    // before the probes (its requests answer 503 once their wait runs out).
+    let stream = Steady::start(&app.addr, &app.jwt, app.pg(), v, 50_000, 4, Duration::from_millis(2));
+    stream.lands().await;
     signal(replica.process(), "STOP");
+    let streamed: Vec<i64> = stream.stop().await.iter().filter_map(|a| a.id).collect();
     let resp = app
         .client
         .post(format!("{}/api/v1/vouchers/{v}/orders", app.addr))
@@ -112,15 +118,20 @@ async fn orders_are_acknowledged_only_once_a_replica_holds_them() {
     })
     .await;
     assert!(back.is_some(), "acknowledged again once the replica is back");
-    let expected = 2 + tried;
+    // Everything Redis admitted (503s included) reaches Postgres.
+    let expected = 2 + tried + streamed.len() as i64;
     let persisted = eventually(Duration::from_secs(20), || async {
-        (app.stats(v).await["orders_persisted"] == expected).then_some(())
+        let stats = app.stats(v).await;
+        let (accepted, persisted) = (stats["orders_accepted"].as_i64()?, stats["orders_persisted"].as_i64()?);
+        (persisted >= expected && persisted == accepted).then_some(())
     })
     .await;
     assert!(
         persisted.is_some(),
-        "the unacknowledged order is persisted all the same"
+        "the unacknowledged order is persisted all the same: {}",
+        app.stats(v).await
     );
+    assert_persisted("a replica stopped", app.pg(), v, &streamed).await;
     assert_balanced(&app, v).await;
 }
 
@@ -140,7 +151,7 @@ async fn a_cluster_acknowledges_orders_only_once_the_masters_replica_holds_them(
         .env("SECKILL_REDIS_WAIT_TIMEOUT_MS", "2000")
         .spawn()
         .await;
-    let v = app.flash_sale(20).await;
+    let v = app.flash_sale(20_000).await;
     // A new shopper each try: on a loaded machine a replica can miss the 2 s (503,
     // the order reserved all the same).
     let mut tried = 0;
@@ -154,7 +165,11 @@ async fn a_cluster_acknowledges_orders_only_once_the_masters_replica_holds_them(
     let master = cluster.master_of(&ns.keys().stock(v)).expect("the sale's master");
     let replicas = cluster.replicas_of(master);
     assert_eq!(replicas.len(), 1, "one replica of {master}: {replicas:?}");
+    // As on one node: a stream of shoppers meets the stop, and ends before the probe.
+    let stream = Steady::start(&app.addr, &app.jwt, app.pg(), v, 50_000, 4, Duration::from_millis(2));
+    stream.lands().await;
     cluster.signal(replicas[0], "STOP");
+    let streamed: Vec<i64> = stream.stop().await.iter().filter_map(|a| a.id).collect();
     let resp = app
         .client
         .post(format!("{}/api/v1/vouchers/{v}/orders", app.addr))
@@ -202,6 +217,7 @@ async fn a_cluster_acknowledges_orders_only_once_the_masters_replica_holds_them(
         persisted.is_some(),
         "the unacknowledged order is persisted all the same"
     );
+    assert_persisted("a cluster replica stopped", app.pg(), v, &streamed).await;
 }
 
 /// On a cluster (a replica per master) with `SECKILL_REDIS_WAIT_REPLICAS=1`, ids,

@@ -2,7 +2,7 @@
 //! in several hash slots), and `SECKILL_REDIS_WAIT_REPLICAS`. These run on one
 //! node and, with `TEST_REDIS_CLUSTER` set (the test command does), on the local
 //! cluster of `scripts/redis_cluster.sh`.
-use crate::faults::crowd::{after_the_fault, crowd, settle, Landing};
+use crate::faults::crowd::{after_the_fault, assert_persisted, crowd, settle, Landing, Steady};
 use crate::fixtures::{signal, spawn_serve_binary, spawn_worker_binary, OwnCluster, OwnRedis};
 use crate::helpers::*;
 use futures::future::join_all;
