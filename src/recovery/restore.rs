@@ -55,11 +55,12 @@ impl Recovery {
         seqs: &mut [i64],
     ) -> Result<()> {
         let mut conn = self.redis.conn().await?;
-        if books.pg_stock < (books.in_flight.len() + books.unnamed) as i64 {
+        if let Some(over) = books.over_stock() {
             tracing::error!(
                 voucher,
                 pg_stock = books.pg_stock,
                 in_flight = books.in_flight.len() + books.unnamed,
+                over,
                 "INCIDENT: more orders in flight than Postgres has stock"
             );
             self.metrics
