@@ -33,9 +33,11 @@ pub struct Desk {
 }
 
 impl Desk {
-    pub fn new(jwt_secret: &str) -> Self {
+    /// The keys derived from `root` (`SECKILL_ADMISSION_SECRET`, or the JWT
+    /// secret where it is unset).
+    pub fn new(root: &str) -> Self {
         Self {
-            signer: signing::Signer::new(jwt_secret),
+            signer: signing::Signer::new(root),
             frontiers: frontier::Frontiers::default(),
         }
     }

@@ -1,5 +1,6 @@
-//! [`Signer`]: the keys of fair admission, each derived from the JWT secret for
-//! one purpose (HMAC-SHA256 of the secret and a label), so that a shopper's
+//! [`Signer`]: the keys of fair admission, each derived for one purpose from
+//! `SECKILL_ADMISSION_SECRET` (or, unset, the JWT secret) as HMAC-SHA256 of the
+//! secret and a label, so that a shopper's
 //! token is never an admission token, a queue ticket never either, a proof of
 //! work's signature signs nothing else, and raffle entries name shoppers under a
 //! key of their own.
@@ -18,12 +19,12 @@ pub struct Signer {
 }
 
 impl Signer {
-    pub fn new(jwt_secret: &str) -> Self {
+    pub fn new(root: &str) -> Self {
         Self {
-            admission: mac(jwt_secret.as_bytes(), b"seckill admission token v1"),
-            ticket: mac(jwt_secret.as_bytes(), b"seckill queue ticket v1"),
-            altcha: mac(jwt_secret.as_bytes(), b"seckill altcha v1"),
-            raffle: mac(jwt_secret.as_bytes(), b"seckill raffle entry v1"),
+            admission: mac(root.as_bytes(), b"seckill admission token v1"),
+            ticket: mac(root.as_bytes(), b"seckill queue ticket v1"),
+            altcha: mac(root.as_bytes(), b"seckill altcha v1"),
+            raffle: mac(root.as_bytes(), b"seckill raffle entry v1"),
         }
     }
 }

@@ -27,7 +27,7 @@ pub async fn signal() {
 }
 
 pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
-    let jwt = web::Data::new(JwtKeys::from_settings(&state.settings));
+    let jwt: web::Data<JwtKeys> = web::Data::from(state.jwt.clone());
     let limit = state.settings.body_limit;
     let admission = web::Data::from(state.admission.clone());
     let metrics = web::Data::from(state.metrics.clone());

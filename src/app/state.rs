@@ -76,7 +76,21 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
     let admission = Arc::new(crate::http::admission::Admission::new(&settings));
-    let admit = Arc::new(crate::admit::Desk::new(settings.jwt_secret.expose()));
+    let admission_root = settings.admission_secret.as_ref().unwrap_or(&settings.jwt_secret);
+    let admit = Arc::new(crate::admit::Desk::new(admission_root.expose()));
+    // Shopper tokens of an identity provider: its keys fetched before the first
+    // request where they can be (a provider that does not answer yet is retried
+    // in the background, and its tokens answered 503 meanwhile).
+    let jwks = settings
+        .jwks
+        .as_deref()
+        .map(|source| Arc::new(crate::http::auth::jwks::Jwks::new(source, settings.dependency_timeout)));
+    if let Some(jwks) = &jwks {
+        if let Err(e) = jwks.fetch().await {
+            tracing::warn!(error = %format!("{e:#}"), "SECKILL_JWKS not read yet; retrying in the background");
+        }
+    }
+    let jwt = Arc::new(crate::http::auth::JwtKeys::configured(&settings, jwks));
     let instance = uuid::Uuid::new_v4().simple().to_string();
     // Its release subscription is one of the owned background tasks.
     let locks = crate::lock::LockService::new(
@@ -194,6 +208,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         recovery,
         clock_skew,
         readiness: Default::default(),
+        jwt,
     });
     Ok(Connected {
         state,

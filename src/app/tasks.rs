@@ -85,6 +85,9 @@ pub fn spawn_all(
             stop.clone(),
         ),
     );
+    if let Some(jwks) = state.jwt.jwks().filter(|_| mode.serves_http()) {
+        tasks.spawn("identity provider keys", jwks.clone().run(stop.clone()));
+    }
     if mode.serves_http() {
         // Pauses reach this instance's order handler within a second even if their
         // event is lost.

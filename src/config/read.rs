@@ -61,6 +61,9 @@ impl Settings {
             )?,
             jwt_issuer: var("SECKILL_JWT_ISSUER"),
             jwt_audience: var("SECKILL_JWT_AUDIENCE"),
+            admin_jwt_secret: secret(&var, "SECKILL_ADMIN_JWT_SECRET")?,
+            admission_secret: secret(&var, "SECKILL_ADMISSION_SECRET")?,
+            jwks: var("SECKILL_JWKS"),
             time_zone,
             payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
             rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,
@@ -108,7 +111,24 @@ impl Settings {
             http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
             runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };
+        if s.jwks.is_some() && (s.jwt_issuer.is_none() || s.jwt_audience.is_none()) {
+            bail!(
+                "SECKILL_JWKS needs SECKILL_JWT_ISSUER and SECKILL_JWT_AUDIENCE: an identity provider's \
+                 tokens are taken only for this service's issuer and audience"
+            );
+        }
         Ok(s)
+    }
+}
+
+/// A secret of its own for one purpose (`key`), as long as HS256's key must be.
+fn secret(var: &impl Fn(&str) -> Option<String>, key: &str) -> Result<Option<Secret>> {
+    match var(key) {
+        Some(s) if s.len() < MIN_JWT_SECRET_BYTES => bail!(
+            "{key} must be at least {MIN_JWT_SECRET_BYTES} bytes, got {} (e.g. openssl rand -hex 32)",
+            s.len()
+        ),
+        s => Ok(s.map(Secret::new)),
     }
 }
 

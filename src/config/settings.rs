@@ -31,6 +31,15 @@ pub struct Settings {
     pub jwt_issuer: Option<String>,
     /// Required `aud` of tokens (`SECKILL_JWT_AUDIENCE`), when set.
     pub jwt_audience: Option<String>,
+    /// The key of `admin` and `service` tokens (`SECKILL_ADMIN_JWT_SECRET`), when
+    /// it is not `SECKILL_JWT_SECRET`.
+    pub admin_jwt_secret: Option<Secret>,
+    /// The key of admission tokens, proof-of-work challenges and raffle entry
+    /// names (`SECKILL_ADMISSION_SECRET`); derived from `SECKILL_JWT_SECRET` when unset.
+    pub admission_secret: Option<Secret>,
+    /// An identity provider's JWKS, a URL or a file (`SECKILL_JWKS`): shopper tokens
+    /// are signed by its keys.
+    pub jwks: Option<String>,
     pub time_zone: Tz,
     pub payment_window: Duration,
     pub rate_limit_per_user: u32,

@@ -34,6 +34,8 @@ fn bad_values_are_refused_with_the_variable_named() {
         ("SECKILL_MIGRATE_ON_START", "maybe"),
         ("SECKILL_MAX_CLOCK_SKEW_MS", "-1"),
         ("SECKILL_JWT_MAX_TTL_SECS", "10"),
+        ("SECKILL_ADMIN_JWT_SECRET", "short"),
+        ("SECKILL_ADMISSION_SECRET", "short"),
     ] {
         let err = with(&[(k, v)]).unwrap_err().to_string();
         assert!(err.contains(k), "{err}");
@@ -66,6 +68,36 @@ fn the_development_secret_serves_loopback_only() {
 
 #[test]
 fn secrets_do_not_show_in_debug() {
-    let s = with(&[("SECKILL_JWT_SECRET", "a-very-secret-value-123-0123456789")]).unwrap();
-    assert!(!format!("{s:?}").contains("a-very-secret"));
+    let s = with(&[
+        ("SECKILL_JWT_SECRET", "a-very-secret-value-123-0123456789"),
+        ("SECKILL_ADMIN_JWT_SECRET", "an-admin-secret-value-0123456789ab"),
+        ("SECKILL_ADMISSION_SECRET", "an-admission-secret-0123456789abcd"),
+    ])
+    .unwrap();
+    let shown = format!("{s:?}");
+    for secret in ["a-very-secret", "an-admin-secret", "an-admission-secret"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+}
+
+/// An identity provider's keys are taken only with the service's issuer and
+/// audience named: a token of that provider for another service must not order.
+#[test]
+fn a_jwks_needs_an_issuer_and_an_audience() {
+    let jwks = ("SECKILL_JWKS", "https://id.example/.well-known/jwks.json");
+    for missing in [
+        vec![jwks],
+        vec![jwks, ("SECKILL_JWT_ISSUER", "https://id.example")],
+        vec![jwks, ("SECKILL_JWT_AUDIENCE", "seckill")],
+    ] {
+        let err = with(&missing).unwrap_err().to_string();
+        assert!(err.contains("SECKILL_JWKS needs"), "{err}");
+    }
+    let s = with(&[
+        jwks,
+        ("SECKILL_JWT_ISSUER", "https://id.example"),
+        ("SECKILL_JWT_AUDIENCE", "seckill"),
+    ])
+    .unwrap();
+    assert_eq!(s.jwks.as_deref(), Some(jwks.1));
 }

@@ -48,4 +48,7 @@ pub struct AppState {
     pub clock_skew: Arc<crate::clock_skew::ClockSkew>,
     /// The last dependency checks, served by `GET /health/ready`.
     pub readiness: super::report::Readiness,
+    /// The keys tokens are verified with (and an identity provider's, refreshed by
+    /// a background task).
+    pub jwt: Arc<super::auth::JwtKeys>,
 }

@@ -44,6 +44,21 @@ impl Hs256 {
         }
     }
 
+    /// The algorithm `token`'s header names (HS256 at once for the header this
+    /// service mints), to pick the key that checks it.
+    pub(super) fn alg_of(&self, token: &str) -> Result<jsonwebtoken::Algorithm, Refusal> {
+        let header = token.split('.').next().unwrap_or_default();
+        if header == self.minted_header {
+            return Ok(jsonwebtoken::Algorithm::HS256);
+        }
+        let json = URL_SAFE_NO_PAD.decode(header).map_err(|_| "header is not base64url")?;
+        if !is_object(&json) {
+            return Err("header is not a JSON object");
+        }
+        let h: jsonwebtoken::Header = serde_json::from_slice(&json).map_err(|_| "header is not a JWT header")?;
+        Ok(h.alg)
+    }
+
     /// The decoded claims of `token` (`header.claims.signature`, base64url
     /// without padding) if its header names HS256 and its signature is this
     /// secret's over `header.claims`.

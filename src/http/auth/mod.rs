@@ -1,4 +1,5 @@
-//! `Authorization: Bearer <JWT>`, HS256 only. Claims: `sub` (user id, decimal string),
+//! `Authorization: Bearer <JWT>`: HS256 with secrets by purpose, or an identity
+//! provider's asymmetric keys for shopper tokens ([`jwks`], see [`JwtKeys`]). Claims: `sub` (user id, decimal string),
 //! `exp` (required), `role` (absent for shoppers, `admin`, or `service`); `nbf`
 //! honoured; a token that lives longer than `SECKILL_JWT_MAX_TTL_SECS` (`exp - iat`,
 //! or `exp - now` without `iat`) refused; `iss` and `aud` required when configured
@@ -7,6 +8,7 @@
 mod caller;
 mod extract;
 mod hs256;
+pub mod jwks;
 mod jwt;
 mod recent;
 mod roles;

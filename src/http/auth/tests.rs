@@ -141,8 +141,9 @@ struct OldClaims {
     iat: Option<u64>,
     #[serde(default)]
     iss: Option<String>,
+    /// A string or a list, as identity providers send it (the verifier reads both).
     #[serde(default)]
-    aud: Option<String>,
+    aud: Option<serde_json::Value>,
 }
 
 fn b64(bytes: &[u8]) -> String {

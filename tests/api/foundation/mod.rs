@@ -8,4 +8,5 @@ use seckill::app::Mode;
 use serde_json::{json, Value};
 
 mod health_and_errors;
+mod identity;
 mod start_and_stop;

@@ -1,0 +1,294 @@
+//! An identity provider's signing keys (`SECKILL_JWKS`: a JWKS file or URL):
+//! shopper tokens signed with them (RS256, ES256, EdDSA, and the RSA and EC
+//! variants jsonwebtoken knows) are verified here, with `iss` and `aud` required.
+//!
+//! The set is fetched at start and again every [`REFRESH`]; a token naming a key
+//! id the set does not hold asks for a fetch at once (at most one every
+//! [`MISS_REFRESH`]: an identity provider that rotated its keys is followed within
+//! seconds, a flood of made-up key ids costs one fetch per interval). Until a
+//! first fetch succeeds, such tokens are answered 503 (the keys are not known
+//! yet), never 401. Symmetric keys (`kty: oct`) and keys for encryption are never
+//! taken from the set: a published HMAC key would let anyone sign.
+use super::hs256::Refusal;
+use anyhow::{bail, Context, Result};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How often the set is fetched again.
+pub const REFRESH: Duration = Duration::from_secs(300);
+/// Soonest a fetch follows another when a token names an unknown key id, and the
+/// retry interval until a first fetch succeeds.
+pub const MISS_REFRESH: Duration = Duration::from_secs(5);
+
+/// One verifying key of the set.
+#[derive(Clone)]
+pub struct Key {
+    pub kid: Option<String>,
+    pub alg: Algorithm,
+    pub key: DecodingKey,
+}
+
+/// Why a token of the identity provider has no key to be checked with.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NoKey {
+    /// No fetch of the set has succeeded yet: 503.
+    NotLoaded,
+    /// The set holds no key for the token: 401.
+    Refused(Refusal),
+}
+
+enum Source {
+    File(std::path::PathBuf),
+    Url(String),
+}
+
+/// The keys of `SECKILL_JWKS`, refreshed in the background.
+pub struct Jwks {
+    source: Source,
+    keys: RwLock<Option<Arc<Vec<Key>>>>,
+    /// A token named a key id the set does not hold.
+    missed: tokio::sync::Notify,
+    http: reqwest::Client,
+}
+
+impl Jwks {
+    /// For `source`, a URL (`http://`, `https://`) or a file path; nothing is
+    /// read until [`Jwks::fetch`].
+    pub fn new(source: &str, timeout: Duration) -> Self {
+        let source = if source.starts_with("http://") || source.starts_with("https://") {
+            Source::Url(source.to_owned())
+        } else {
+            Source::File(source.into())
+        };
+        Self {
+            source,
+            keys: RwLock::new(None),
+            missed: tokio::sync::Notify::new(),
+            http: reqwest::Client::builder()
+                .timeout(timeout)
+                .build()
+                .expect("an HTTP client with rustls"),
+        }
+    }
+
+    /// Reads the set from its source and, if it holds at least one usable key,
+    /// puts it in place of the last. Returns how many keys it holds.
+    pub async fn fetch(&self) -> Result<usize> {
+        let body = match &self.source {
+            Source::File(path) => tokio::fs::read(path)
+                .await
+                .with_context(|| format!("reading the JWKS file {}", path.display()))?,
+            Source::Url(url) => {
+                let resp = self
+                    .http
+                    .get(url)
+                    .send()
+                    .await
+                    .with_context(|| format!("fetching {url}"))?;
+                if !resp.status().is_success() {
+                    bail!("fetching {url}: {}", resp.status());
+                }
+                resp.bytes().await.with_context(|| format!("reading {url}"))?.to_vec()
+            }
+        };
+        let keys = parse(&body)?;
+        let n = keys.len();
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(keys));
+        Ok(n)
+    }
+
+    /// Whether a fetch has succeeded.
+    pub fn loaded(&self) -> bool {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    /// The keys that may have signed a token whose header names `kid` and `alg`:
+    /// the key with that id (its algorithm must be `alg`), or, without a `kid`,
+    /// every key of `alg`.
+    pub fn keys_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<Vec<Key>, NoKey> {
+        let keys = self
+            .keys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(NoKey::NotLoaded)?;
+        let found: Vec<Key> = match kid {
+            Some(kid) => {
+                let Some(k) = keys.iter().find(|k| k.kid.as_deref() == Some(kid)) else {
+                    self.missed.notify_one();
+                    return Err(NoKey::Refused("no key of the identity provider has this kid"));
+                };
+                if k.alg != alg {
+                    return Err(NoKey::Refused("the algorithm is not the key's"));
+                }
+                vec![k.clone()]
+            }
+            None => keys.iter().filter(|k| k.alg == alg).cloned().collect(),
+        };
+        if found.is_empty() {
+            return Err(NoKey::Refused("no key of the identity provider for this algorithm"));
+        }
+        Ok(found)
+    }
+
+    /// Fetches the set again every [`REFRESH`], and at most every
+    /// [`MISS_REFRESH`] when a token named an unknown key id or no fetch has
+    /// succeeded yet, until `stop`. A failed fetch keeps the keys it had.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut last = Instant::now();
+        loop {
+            let wait = if self.loaded() { REFRESH } else { MISS_REFRESH };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.missed.notified() => {
+                    let soonest = last + MISS_REFRESH;
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep_until(soonest.into()) => {}
+                    }
+                }
+            }
+            last = Instant::now();
+            match self.fetch().await {
+                Ok(n) => tracing::debug!(keys = n, "JWKS fetched"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "JWKS not fetched; keeping the keys it had"),
+            }
+        }
+    }
+}
+
+/// The usable keys of a JWKS document: asymmetric signing keys whose algorithm
+/// is named (`alg`) or follows from the key (RSA: RS256, P-256: ES256, P-384:
+/// ES384, Ed25519: EdDSA). A set without one is an error.
+pub fn parse(json: &[u8]) -> Result<Vec<Key>> {
+    let set: JwkSet = serde_json::from_slice(json).context("the JWKS is not a JSON Web Key Set")?;
+    let keys: Vec<Key> = set.keys.iter().filter_map(usable).collect();
+    if keys.is_empty() {
+        bail!(
+            "the JWKS holds no usable signing key (RSA, EC P-256/P-384 or Ed25519) among {}",
+            set.keys.len()
+        );
+    }
+    Ok(keys)
+}
+
+fn usable(jwk: &Jwk) -> Option<Key> {
+    if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        return None;
+    }
+    let implied = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(p) => match p.curve {
+            EllipticCurve::P256 => Algorithm::ES256,
+            EllipticCurve::P384 => Algorithm::ES384,
+            _ => return None,
+        },
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => Algorithm::EdDSA,
+        _ => return None,
+    };
+    let alg = match jwk.common.key_algorithm {
+        None => implied,
+        Some(named) => {
+            let named = Algorithm::try_from(named).ok()?;
+            // The named algorithm must be one of the key's family (an RSA key may
+            // name PS256 or RS512; an EC or Ed25519 key only its own; never HS256).
+            let same = match implied {
+                Algorithm::RS256 => matches!(
+                    named,
+                    Algorithm::RS256
+                        | Algorithm::RS384
+                        | Algorithm::RS512
+                        | Algorithm::PS256
+                        | Algorithm::PS384
+                        | Algorithm::PS512
+                ),
+                _ => named == implied,
+            };
+            if !same {
+                return None;
+            }
+            named
+        }
+    };
+    let key = DecodingKey::from_jwk(jwk).ok()?;
+    Some(Key {
+        kid: jwk.common.key_id.clone(),
+        alg,
+        key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ED_X: &str = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+
+    fn algs(json: &str) -> Vec<(Option<String>, Algorithm)> {
+        parse(json.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|k| (k.kid, k.alg))
+            .collect()
+    }
+
+    /// Only asymmetric signing keys are taken: a published HMAC key (`oct`) would
+    /// let anyone sign, a key for encryption signs nothing, and a key naming an
+    /// algorithm of another family (an Ed25519 key "HS256") is left out.
+    #[test]
+    fn only_asymmetric_signing_keys_are_taken() {
+        let set = format!(
+            r#"{{"keys": [
+                {{"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}},
+                {{"kty": "OKP", "crv": "Ed25519", "kid": "enc", "use": "enc", "x": "{ED_X}"}},
+                {{"kty": "OKP", "crv": "Ed25519", "kid": "confused", "alg": "HS256", "x": "{ED_X}"}},
+                {{"kty": "OKP", "crv": "Ed25519", "kid": "ed", "x": "{ED_X}"}}
+            ]}}"#
+        );
+        assert_eq!(algs(&set), vec![(Some("ed".into()), Algorithm::EdDSA)]);
+        let none = r#"{"keys": [{"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}]}"#;
+        let err = parse(none.as_bytes()).err().expect("no usable key").to_string();
+        assert!(err.contains("no usable signing key"), "{err}");
+        assert!(parse(b"not json").is_err());
+    }
+
+    /// A token's key: the one its `kid` names, of the token's algorithm; without a
+    /// `kid`, every key of that algorithm; before the first fetch, none (503).
+    #[tokio::test]
+    async fn a_tokens_key_is_the_one_its_kid_names() {
+        let dir = std::env::temp_dir().join(format!("seckill-jwks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("jwks.json");
+        let jwks = Jwks::new(path.to_str().unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            jwks.keys_for(Some("ed"), Algorithm::EdDSA).err(),
+            Some(NoKey::NotLoaded)
+        );
+        assert!(jwks.fetch().await.is_err(), "no file yet");
+        std::fs::write(
+            &path,
+            format!(r#"{{"keys": [{{"kty": "OKP", "crv": "Ed25519", "kid": "ed", "x": "{ED_X}"}}]}}"#),
+        )
+        .unwrap();
+        assert_eq!(jwks.fetch().await.unwrap(), 1);
+        assert_eq!(
+            jwks.keys_for(Some("ed"), Algorithm::EdDSA).map(|k| k.len()).ok(),
+            Some(1)
+        );
+        assert_eq!(jwks.keys_for(None, Algorithm::EdDSA).map(|k| k.len()).ok(), Some(1));
+        assert!(matches!(
+            jwks.keys_for(Some("ed"), Algorithm::ES256),
+            Err(NoKey::Refused(_))
+        ));
+        assert!(matches!(
+            jwks.keys_for(Some("other"), Algorithm::EdDSA),
+            Err(NoKey::Refused(_))
+        ));
+        assert!(matches!(jwks.keys_for(None, Algorithm::RS256), Err(NoKey::Refused(_))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
