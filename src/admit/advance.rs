@@ -42,6 +42,9 @@ pub struct Frontier {
     /// Whether the frontier is held because the admitted shoppers who may still
     /// order could take every unit left.
     pub held: bool,
+    /// Whether the sale is paused: the queue's clock stands still (the frontier
+    /// does not move, and turns go on where they stopped once it resumes).
+    pub paused: bool,
 }
 
 /// Moves the frontier of `voucher`'s queue as far as its rate and the stop rule
@@ -73,6 +76,7 @@ pub async fn advance(
             admit_rate,
             sealed: false,
             held: false,
+            paused: false,
         });
     }
     let mut tx = pg.begin().await?;
@@ -83,6 +87,24 @@ pub async fn advance(
         q.advanced_at = Some(begin_at);
         q.carry = 0.0;
     }
+    if q.paused_at.is_some() {
+        // Paused: the frontier stands, and the time paused is not due after.
+        sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")
+            .bind(voucher)
+            .bind(q.now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(Frontier {
+            admitted: q.admitted,
+            places: q.next_place,
+            length: q.next_place,
+            admit_rate: q.admit_rate,
+            sealed: true,
+            held: false,
+            paused: true,
+        });
+    }
     let since = q.advanced_at.unwrap_or(begin_at);
     let elapsed = (q.now - since).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
     let rate = f64::from(q.admit_rate);
@@ -92,7 +114,7 @@ pub async fn advance(
     let mut target = (q.admitted + step).min(q.next_place);
     let mut held = false;
     if target > q.admitted {
-        let room = room(&mut tx, voucher, q.admitted, q.now, units_left, turn_secs).await?;
+        let room = room(&mut tx, voucher, q.admitted, q.clock(), units_left, turn_secs).await?;
         if q.admitted + room < target {
             target = q.admitted + room;
             held = true;
@@ -112,10 +134,11 @@ pub async fn advance(
         .execute(&mut *tx)
         .await?;
     if target > q.admitted {
-        sqlx::query("INSERT INTO queue_admits (voucher_id, upto, at) VALUES ($1, $2, $3)")
+        sqlx::query("INSERT INTO queue_admits (voucher_id, upto, at, clock) VALUES ($1, $2, $3, $4)")
             .bind(voucher)
             .bind(target)
             .bind(q.now)
+            .bind(q.clock())
             .execute(&mut *tx)
             .await?;
     }
@@ -127,28 +150,30 @@ pub async fn advance(
         admit_rate: q.admit_rate,
         sealed: true,
         held,
+        paused: false,
     })
 }
 
 /// How many more shoppers may be admitted: the units left less the admitted
 /// shoppers who may still order (turn not ended, no live order in Postgres).
+/// `clock`: the queue's clock now.
 async fn room(
     tx: &mut PgConnection,
     voucher: i64,
     admitted: i64,
-    now: DateTime<Utc>,
+    clock: f64,
     units_left: i64,
     turn_secs: i64,
 ) -> Result<i64> {
-    // Places whose turn has ended: those the frontier had passed a turn ago (and
-    // a margin more: a token is good to the second it names, and the instance that
-    // checks it has a clock of its own).
+    // Places whose turn has ended: those the frontier had passed a turn ago by
+    // the queue's clock (and a margin more: a token is good to the second it
+    // names, and the instance that checks it has a clock of its own).
     let ended: i64 = sqlx::query_scalar(
         "SELECT coalesce(max(upto), 0) FROM queue_admits
-          WHERE voucher_id = $1 AND at <= $2 - make_interval(secs => $3)",
+          WHERE voucher_id = $1 AND coalesce(clock, extract(epoch FROM at)::float8) <= $2 - $3",
     )
     .bind(voucher)
-    .bind(now)
+    .bind(clock)
     .bind((turn_secs + TURN_MARGIN_SECS) as f64)
     .fetch_one(&mut *tx)
     .await?;
@@ -172,15 +197,44 @@ async fn room(
     Ok((units_left - (open - ordered)).max(0))
 }
 
-/// When `place` was admitted (None if it has not been).
-pub async fn admitted_at(pg: &PgPool, voucher: i64, place: i64) -> Result<Option<DateTime<Utc>>> {
-    Ok(
-        sqlx::query_scalar("SELECT at FROM queue_admits WHERE voucher_id = $1 AND upto >= $2 ORDER BY upto LIMIT 1")
-            .bind(voucher)
-            .bind(place)
-            .fetch_optional(pg)
-            .await?,
+/// A place's turn as the queue's clock counts it.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn {
+    /// When the frontier passed the place.
+    pub admitted_at: DateTime<Utc>,
+    /// Seconds of the turn gone by (the sale's pauses do not count).
+    pub used_secs: f64,
+    /// The queue's pauses so far in total, the one going on included: what an
+    /// admission token names, so that a pause after it lengthens it.
+    pub paused_secs: f64,
+    /// Whether the sale is paused now.
+    pub paused: bool,
+}
+
+/// `place`'s turn now (None if it has not been admitted).
+pub async fn turn_of(pg: &PgPool, voucher: i64, place: i64) -> Result<Option<Turn>> {
+    let row = sqlx::query(
+        "SELECT a.at, coalesce(a.clock, extract(epoch FROM a.at)::float8) AS clock, q.paused_at, q.paused_secs,
+                clock_timestamp() AS now
+           FROM queue_admits a JOIN admission_queues q ON q.voucher_id = a.voucher_id
+          WHERE a.voucher_id = $1 AND a.upto >= $2 ORDER BY a.upto LIMIT 1",
     )
+    .bind(voucher)
+    .bind(place)
+    .fetch_optional(pg)
+    .await?;
+    let Some(r) = row else { return Ok(None) };
+    let (now, paused_at, paused_secs): (DateTime<Utc>, Option<DateTime<Utc>>, f64) =
+        (r.try_get("now")?, r.try_get("paused_at")?, r.try_get("paused_secs")?);
+    let clock: f64 = r.try_get("clock")?;
+    let queue_now = super::queue::clock_at(now, paused_secs, paused_at);
+    let open = paused_at.map_or(0.0, |p| (now - p).num_milliseconds().max(0) as f64 / 1e3);
+    Ok(Some(Turn {
+        admitted_at: r.try_get("at")?,
+        used_secs: (queue_now - clock).max(0.0),
+        paused_secs: paused_secs + open,
+        paused: paused_at.is_some(),
+    }))
 }
 
 /// Sets the admit rate from now on: the frontier first moves at the old rate up

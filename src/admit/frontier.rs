@@ -77,6 +77,7 @@ mod tests {
             admit_rate: 1,
             sealed: true,
             held: false,
+            paused: false,
         }
     }
 

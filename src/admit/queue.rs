@@ -145,11 +145,32 @@ pub(super) struct Locked {
     pub(super) carry: f64,
     pub(super) advanced_at: Option<DateTime<Utc>>,
     pub(super) now: DateTime<Utc>,
+    /// The sale's pause going on, if any: the queue's clock stands still.
+    pub(super) paused_at: Option<DateTime<Utc>>,
+    /// The pauses that ended, in total.
+    pub(super) paused_secs: f64,
+}
+
+impl Locked {
+    /// The queue's clock at `now` (see [`clock_at`]).
+    pub(super) fn clock(&self) -> f64 {
+        clock_at(self.now, self.paused_secs, self.paused_at)
+    }
+}
+
+/// A queue's clock at `t`: unix seconds less the time its sale was paused (the
+/// pauses that ended, `paused_secs`, and the one going on since `paused_at`).
+/// Turns and the frontier count this time (`migrations/0025_queue_clock.sql`).
+pub fn clock_at(t: DateTime<Utc>, paused_secs: f64, paused_at: Option<DateTime<Utc>>) -> f64 {
+    let secs = |d: chrono::TimeDelta| d.num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+    let unix = t.timestamp_micros() as f64 / 1e6;
+    unix - paused_secs - paused_at.map_or(0.0, |p| secs(t - p).max(0.0))
 }
 
 pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> {
     let r = sqlx::query(
-        "SELECT sealed, admit_rate, admitted, next_place, carry, advanced_at, clock_timestamp() AS now
+        "SELECT sealed, admit_rate, admitted, next_place, carry, advanced_at, clock_timestamp() AS now,
+                paused_at, paused_secs
            FROM admission_queues WHERE voucher_id = $1 FOR UPDATE",
     )
     .bind(voucher)
@@ -164,6 +185,8 @@ pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> 
         carry: r.get("carry"),
         advanced_at: r.get("advanced_at"),
         now: r.get("now"),
+        paused_at: r.get("paused_at"),
+        paused_secs: r.get("paused_secs"),
     })
 }
 

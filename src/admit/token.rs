@@ -1,7 +1,10 @@
 //! Admission tokens and queue tickets: HS256 JWTs under keys of their own
 //! ([`Signer`]), checked in process.
 //!
-//! An admission token says that shopper `sub` may order sale `sale` until `exp`:
+//! An admission token says that shopper `sub` may order sale `sale` until `exp`,
+//! and, a queue's, longer by every pause of the sale after it was made (`paused`:
+//! the queue's pauses in total when it was made, in ms; see
+//! `migrations/0025_queue_clock.sql`):
 //! the order endpoint of a queue or raffle sale requires one (header
 //! `X-Admission-Token`). A queue ticket says that shopper `sub` holds `place` in
 //! sale `sale`'s queue (`place` absent for an early arrival before the seal), so
@@ -17,6 +20,8 @@ struct AdmissionClaims {
     sale: String,
     exp: u64,
     typ: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    paused: Option<i64>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -56,25 +61,27 @@ fn sign(claims: &impl Serialize, key: &[u8]) -> String {
 }
 
 impl Signer {
-    /// An admission token for `user` to order `sale` until `exp` (unix seconds).
-    pub fn admission_token(&self, user: i64, sale: i64, exp: u64) -> String {
+    /// An admission token for `user` to order `sale` until `exp` (unix seconds);
+    /// with `paused_ms` (a queue's pauses so far), longer by the pauses after it.
+    pub fn admission_token(&self, user: i64, sale: i64, exp: u64, paused_ms: Option<i64>) -> String {
         let claims = AdmissionClaims {
             sub: user.to_string(),
             sale: sale.to_string(),
             exp,
             typ: ADMISSION.into(),
+            paused: paused_ms,
         };
         sign(&claims, &self.admission)
     }
 
-    /// Checks that `token` lets `user` order `sale` now.
-    pub fn check_admission(&self, token: &str, user: i64, sale: i64) -> Result<(), Refused> {
-        let data =
-            jsonwebtoken::decode::<AdmissionClaims>(token, &DecodingKey::from_secret(&self.admission), &validation())
-                .map_err(|e| match e.kind() {
-                ErrorKind::ExpiredSignature => Refused::Expired,
-                _ => Refused::Invalid("not an admission token of this service"),
-            })?;
+    /// Checks that `token` lets `user` order `sale` now; `paused_ms`: the sale's
+    /// queue's pauses that ended, in total (0 for a sale without a queue).
+    pub fn check_admission(&self, token: &str, user: i64, sale: i64, paused_ms: i64) -> Result<(), Refused> {
+        let mut v = validation();
+        // Checked below, with the pauses since the token was made.
+        v.validate_exp = false;
+        let data = jsonwebtoken::decode::<AdmissionClaims>(token, &DecodingKey::from_secret(&self.admission), &v)
+            .map_err(|_| Refused::Invalid("not an admission token of this service"))?;
         let c = data.claims;
         if c.typ != ADMISSION {
             return Err(Refused::Invalid("not an admission token"));
@@ -84,6 +91,10 @@ impl Signer {
         }
         if c.sub != user.to_string() {
             return Err(Refused::Invalid("the admission token is another shopper's"));
+        }
+        let since = c.paused.map_or(0, |then| (paused_ms - then).max(0) as u64 / 1000);
+        if super::queue::unix_now() > c.exp.saturating_add(since) {
+            return Err(Refused::Expired);
         }
         Ok(())
     }
@@ -136,20 +147,51 @@ mod tests {
     #[test]
     fn an_admission_token_admits_its_shopper_to_its_sale_only() {
         let s = Signer::new(SECRET);
-        let t = s.admission_token(7, 100, later());
-        assert_eq!(s.check_admission(&t, 7, 100), Ok(()));
-        assert!(matches!(s.check_admission(&t, 8, 100), Err(Refused::Invalid(_))));
-        assert!(matches!(s.check_admission(&t, 7, 101), Err(Refused::Invalid(_))));
-        let old = s.admission_token(7, 100, crate::admit::queue::unix_now() - 1);
-        assert_eq!(s.check_admission(&old, 7, 100), Err(Refused::Expired));
+        let t = s.admission_token(7, 100, later(), None);
+        assert_eq!(s.check_admission(&t, 7, 100, 0), Ok(()));
+        assert!(matches!(s.check_admission(&t, 8, 100, 0), Err(Refused::Invalid(_))));
+        assert!(matches!(s.check_admission(&t, 7, 101, 0), Err(Refused::Invalid(_))));
+        let old = s.admission_token(7, 100, crate::admit::queue::unix_now() - 1, None);
+        assert_eq!(s.check_admission(&old, 7, 100, 0), Err(Refused::Expired));
         // Another secret: forged.
-        let forged = Signer::new("another secret of thirty-two bytes!!!").admission_token(7, 100, later());
-        assert!(matches!(s.check_admission(&forged, 7, 100), Err(Refused::Invalid(_))));
+        let forged = Signer::new("another secret of thirty-two bytes!!!").admission_token(7, 100, later(), None);
+        assert!(matches!(
+            s.check_admission(&forged, 7, 100, 0),
+            Err(Refused::Invalid(_))
+        ));
         // A ticket is not an admission token, nor the reverse.
         let ticket = s.ticket(7, 100, Some(3), later());
-        assert!(matches!(s.check_admission(&ticket, 7, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(
+            s.check_admission(&ticket, 7, 100, 0),
+            Err(Refused::Invalid(_))
+        ));
         assert!(matches!(s.read_ticket(&t, 7, 100), Err(Refused::Invalid(_))));
-        assert!(matches!(s.check_admission("garbage", 7, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(
+            s.check_admission("garbage", 7, 100, 0),
+            Err(Refused::Invalid(_))
+        ));
+    }
+
+    /// A queue's token is good longer by the sale's pauses after it was made (and
+    /// not by those before); a token without the claim (a raffle's) is not.
+    #[test]
+    fn a_pause_after_the_token_lengthens_it() {
+        let s = Signer::new(SECRET);
+        let now = crate::admit::queue::unix_now();
+        // Made when the queue had been paused 5 s in all, 10 s ago by its `exp`.
+        let t = s.admission_token(7, 100, now - 10, Some(5_000));
+        assert_eq!(s.check_admission(&t, 7, 100, 5_000), Err(Refused::Expired));
+        assert_eq!(
+            s.check_admission(&t, 7, 100, 14_000),
+            Err(Refused::Expired),
+            "9 s of pause"
+        );
+        assert_eq!(s.check_admission(&t, 7, 100, 20_000), Ok(()), "15 s of pause since");
+        // Fewer pauses than it names (a stale cache): never shorter than its exp.
+        let fresh = s.admission_token(7, 100, later(), Some(5_000));
+        assert_eq!(s.check_admission(&fresh, 7, 100, 0), Ok(()));
+        let raffle = s.admission_token(7, 100, now - 10, None);
+        assert_eq!(s.check_admission(&raffle, 7, 100, 60_000), Err(Refused::Expired));
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub async fn place(
     };
     // A queue or raffle sale: the shopper's admission token, checked in process.
     if judged.admission().gated() {
-        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id) {
+        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id, judged.queue_paused_ms()) {
             state.metrics.order("not_admitted");
             return Err(refused);
         }
@@ -89,8 +89,9 @@ pub async fn place(
 /// The header of an admission token.
 pub const ADMISSION_HEADER: &str = "X-Admission-Token";
 
-/// Whether the request carries a valid admission token of `user` for `voucher`.
-fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64) -> Result<(), ApiError> {
+/// Whether the request carries a valid admission token of `user` for `voucher`
+/// (whose queue's pauses that ended add up to `paused_ms`).
+fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused_ms: i64) -> Result<(), ApiError> {
     use crate::admit::token::Refused;
     use actix_web::http::StatusCode;
     let Some(token) = req.headers().get(ADMISSION_HEADER) else {
@@ -104,7 +105,7 @@ fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64) -> Res
     state
         .admit
         .signer
-        .check_admission(token, user, voucher)
+        .check_admission(token, user, voucher, paused_ms)
         .map_err(|refused| match refused {
             Refused::Expired => ApiError::new(
                 StatusCode::FORBIDDEN,

@@ -121,7 +121,7 @@ async fn mine(
             state
                 .admit
                 .signer
-                .admission_token(user, id, exp.timestamp().max(0) as u64),
+                .admission_token(user, id, exp.timestamp().max(0) as u64, None),
         );
         me.admission_expires_at = Some(exp);
     }

@@ -140,20 +140,29 @@ async fn status(
     }
     s.position = Some(0);
     s.estimated_wait_secs = Some(0.0);
-    let Some(at) = advance::admitted_at(&state.pg, voucher.id, place).await? else {
+    let Some(turn) = advance::turn_of(&state.pg, voucher.id, place).await? else {
         return Ok(s);
     };
-    let ends = (at + Duration::seconds(i64::from(flash.turn_secs.unwrap_or(300)))).min(flash.end_at);
+    // The turn counts the time the sale was not paused: while it is, the end
+    // moves with the pause.
+    let left = f64::from(flash.turn_secs.unwrap_or(300)) - turn.used_secs;
+    let ends = (now + Duration::milliseconds((left * 1000.0) as i64)).min(flash.end_at);
     s.turn_ends_at = Some(ends);
-    if now >= ends {
+    if left <= 0.0 || now >= ends {
         s.state = "turn_ended".into();
         return Ok(s);
     }
     s.state = "admitted".into();
     // Valid to the second before the turn ends (a token is good through the second
-    // its `exp` names).
+    // its `exp` names), and longer by every pause of the sale after it was made.
     let exp = (ends.timestamp() - 1).max(0) as u64;
-    s.admission_token = Some(state.admit.signer.admission_token(user, voucher.id, exp));
+    let paused_ms = (turn.paused_secs * 1000.0) as i64;
+    s.admission_token = Some(
+        state
+            .admit
+            .signer
+            .admission_token(user, voucher.id, exp, Some(paused_ms)),
+    );
     Ok(s)
 }
 

@@ -57,6 +57,11 @@ impl Judged {
             .map(|f| f.admission)
             .unwrap_or_default()
     }
+
+    /// The sale's queue's pauses that ended, in total (ms; 0 without a queue).
+    pub fn queue_paused_ms(&self) -> i64 {
+        self.entry.voucher.flash.as_ref().map_or(0, |f| f.queue_paused_ms)
+    }
 }
 
 /// What placing an order needs.

@@ -6,7 +6,8 @@ use sqlx::{postgres::PgRow, PgExecutor, Row};
 
 const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
         v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards,
-        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty
+        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty,
+        (q.paused_secs * 1000)::bigint AS queue_paused_ms
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
         LEFT JOIN admission_queues q ON q.voucher_id = v.id";
 
@@ -32,6 +33,7 @@ fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
             turn_secs: row.try_get("turn_secs")?,
             draw_at: row.try_get("draw_at")?,
             pow_difficulty: row.try_get::<Option<i32>, _>("pow_difficulty")?.unwrap_or(0),
+            queue_paused_ms: row.try_get::<Option<i64>, _>("queue_paused_ms")?.unwrap_or(0),
         }),
         _ => None,
     };
@@ -157,6 +159,20 @@ pub async fn set_paused(tx: &mut sqlx::PgConnection, id: i64, paused: bool) -> R
         .bind(id)
         .execute(&mut *tx)
         .await?;
+    // A queue's clock stops with its sale and goes on where it stopped
+    // (`migrations/0025_queue_clock.sql`); pausing twice, or resuming a running
+    // queue, changes nothing.
+    sqlx::query(
+        "UPDATE admission_queues
+            SET paused_secs = paused_secs + CASE WHEN NOT $2 AND paused_at IS NOT NULL
+                                THEN extract(epoch FROM clock_timestamp() - paused_at)::float8 ELSE 0 END,
+                paused_at = CASE WHEN $2 THEN coalesce(paused_at, clock_timestamp()) END
+          WHERE voucher_id = $1",
+    )
+    .bind(id)
+    .bind(paused)
+    .execute(&mut *tx)
+    .await?;
     Ok(Some(()))
 }
 

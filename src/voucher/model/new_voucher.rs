@@ -222,6 +222,7 @@ impl NewVoucher {
                     } else {
                         0
                     },
+                    queue_paused_ms: 0,
                 })
             }
         };

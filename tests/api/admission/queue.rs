@@ -1,6 +1,7 @@
 //! The waiting room:
 //! - `thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_shuffled`;
-//! - `the_frontier_holds_while_the_admitted_could_take_every_unit`.
+//! - `the_frontier_holds_while_the_admitted_could_take_every_unit`;
+//! - `a_pause_longer_than_a_turn_stops_the_queues_clock`.
 use super::*;
 use futures::stream::{self, StreamExt};
 use std::collections::HashMap;
@@ -219,5 +220,75 @@ async fn the_frontier_holds_while_the_admitted_could_take_every_unit() {
         Utc::now() < ends4,
         "the return, not the end of place 4's turn, reopened the queue"
     );
+    app.shutdown().await;
+}
+
+/// A queue sale (a shopper a second, turns of 4 s) paused for 6 s, longer than a
+/// turn, and resumed: the frontier did not move while it was paused, the shopper
+/// admitted just before the pause is still admitted after it and orders with the
+/// token they had (before, the turn ran through the pause: 403
+/// `admission_expired`, and the frontier admitted six more shoppers into a sale
+/// nobody could buy from), and the frontier goes on at its rate from where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_longer_than_a_turn_stops_the_queues_clock() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let v = sale_with(
+        &app,
+        100,
+        now - chrono::Duration::seconds(1),
+        now + chrono::Duration::hours(1),
+        json!({"admission": "queue", "admit_rate": 1, "turn_secs": 4}),
+    )
+    .await;
+    for user in 1..=12 {
+        assert_eq!(join(&app, v, user, &[]).await.0, StatusCode::CREATED);
+    }
+    let upto = || async {
+        let (_, b) = poll(&app, v, 12, None).await;
+        b["admitted_upto"].as_i64().unwrap()
+    };
+    // Shopper 1 admitted, with a token; then the pause, at once.
+    let first = admitted(&app, v, 1).await;
+    let token = first["admission_token"].as_str().unwrap().to_owned();
+    let admin = |action: &'static str| {
+        let app = &app;
+        async move {
+            let (status, body) = app
+                .post(
+                    &format!("/api/v1/admin/vouchers/{v}/{action}"),
+                    Some(&app.admin()),
+                    json!({}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{action}: {body}");
+        }
+    };
+    admin("pause").await;
+    let at_pause = upto().await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, during) = poll(&app, v, 1, None).await;
+    assert_eq!(upto().await, at_pause, "the frontier moved while the sale was paused");
+    assert_eq!(during["state"], "admitted", "shopper 1 during the pause: {during}");
+    admin("resume").await;
+    // The token from before the pause still admits: the turn stood still.
+    let (status, body) = order_with(&app, v, 1, Some(&token)).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "shopper 1's token after the pause: {body}"
+    );
+    let after = upto().await;
+    assert!(
+        after <= at_pause + 1,
+        "the frontier after the pause: {after}, {at_pause} at the pause"
+    );
+    // And it goes on at its rate.
+    let moved = eventually(Duration::from_secs(10), || async {
+        (upto().await >= at_pause + 2).then_some(())
+    })
+    .await;
+    assert!(moved.is_some(), "the frontier moves again after the resume");
     app.shutdown().await;
 }

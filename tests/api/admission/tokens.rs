@@ -27,7 +27,7 @@ async fn tokens_forged_reused_expired_or_for_another_sale_are_refused() {
         "{body}"
     );
     // Forged: signed under another secret, or no token at all.
-    let forged = Signer::new("not-the-service-secret-0123456789abcdef").admission_token(1, v, 4_000_000_000);
+    let forged = Signer::new("not-the-service-secret-0123456789abcdef").admission_token(1, v, 4_000_000_000, None);
     for bad in [forged.as_str(), "garbage", &app.shopper(1)] {
         let (status, body) = order_with(&app, v, 1, Some(bad)).await;
         assert_eq!(
@@ -52,7 +52,7 @@ async fn tokens_forged_reused_expired_or_for_another_sale_are_refused() {
     );
     // Expired: the service's own key, a second in the past.
     let signer = Signer::new(SECRET);
-    let expired = signer.admission_token(1, v, (Utc::now().timestamp() - 1) as u64);
+    let expired = signer.admission_token(1, v, (Utc::now().timestamp() - 1) as u64, None);
     let (status, body) = order_with(&app, v, 1, Some(&expired)).await;
     assert_eq!(
         (status, code(&body)),
