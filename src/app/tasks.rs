@@ -97,6 +97,12 @@ pub fn spawn_all(
         );
     }
     if mode.serves_http() {
+        tasks.spawn(
+            "idempotency keys",
+            crate::http::idempotency::sweep(state.background_pg.clone(), stop.clone()),
+        );
+    }
+    if mode.serves_http() {
         // Every running queue moves at its rate whether or not anyone polls this
         // instance (the advance counts from the last move, whoever made it).
         let (state, stop) = (state.clone(), stop.clone());

@@ -6,8 +6,11 @@
 //! The key is claimed in the transaction that makes the change
 //! (`migrations/0013_idempotency_keys.sql` says how that keeps two concurrent
 //! requests with one key from both applying). Keys are per admin (the token's
-//! `sub`) and kept: admin changes are few. A request that fails (4xx, 5xx) stores
-//! nothing, so it can be retried with the same key.
+//! `sub`) and kept for [`KEPT_SECS`] (a day, as Stripe keeps them): a key older
+//! than that is a new key (its old answer is forgotten in the claim that reuses
+//! it), and each serving instance deletes the expired ones every
+//! [`SWEEP_EVERY`]. A request that fails (4xx, 5xx) stores nothing, so it can be
+//! retried with the same key.
 use super::ApiError;
 use actix_web::http::StatusCode;
 use actix_web::HttpRequest;
@@ -17,6 +20,12 @@ pub const HEADER: &str = "Idempotency-Key";
 
 /// Longest key accepted.
 pub const MAX_LEN: usize = 255;
+
+/// How long a key is remembered: a day.
+pub const KEPT_SECS: i64 = 86_400;
+
+/// How often each serving instance deletes the expired keys.
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The request's key, if it sent one: 1 to [`MAX_LEN`] visible ASCII characters.
 pub fn key_of(req: &HttpRequest) -> Result<Option<String>, ApiError> {
@@ -61,15 +70,23 @@ pub fn fingerprint(req: &HttpRequest, body: &Value) -> Value {
 
 /// Claims `key` for `request` in `tx`, the transaction that will make the change.
 pub async fn claim(tx: &mut sqlx::PgConnection, admin: i64, key: &str, request: &Value) -> Result<Claim, ApiError> {
-    // Waits here while another transaction holds a row with this key.
-    let inserted =
-        sqlx::query("INSERT INTO idempotency_keys (admin_id, key, request) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
-            .bind(admin)
-            .bind(key)
-            .bind(request.to_string())
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+    // Waits here while another transaction holds a row with this key. A key past
+    // its day is taken afresh (its row reset, and locked until this transaction
+    // ends: a concurrent request with it then finds this request's row).
+    let inserted = sqlx::query(
+        "INSERT INTO idempotency_keys (admin_id, key, request) VALUES ($1, $2, $3)
+         ON CONFLICT (admin_id, key) DO UPDATE
+            SET request = EXCLUDED.request, status = NULL, response = NULL, top_up_id = NULL,
+                created_at = now()
+          WHERE idempotency_keys.created_at < now() - make_interval(secs => $4)",
+    )
+    .bind(admin)
+    .bind(key)
+    .bind(request.to_string())
+    .bind(KEPT_SECS as f64)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
     if inserted == 1 {
         return Ok(Claim::New);
     }
@@ -96,6 +113,33 @@ pub async fn claim(tx: &mut sqlx::PgConnection, admin: i64, key: &str, request: 
         },
         _ => Claim::Unanswered { top_up_id },
     })
+}
+
+/// Deletes the keys past their day; returns how many.
+pub async fn forget_expired(pg: &sqlx::PgPool) -> Result<u64, sqlx::Error> {
+    Ok(
+        sqlx::query("DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => $1)")
+            .bind(KEPT_SECS as f64)
+            .execute(pg)
+            .await?
+            .rows_affected(),
+    )
+}
+
+/// Every [`SWEEP_EVERY`] until `stop`: [`forget_expired`].
+pub async fn sweep(pg: sqlx::PgPool, stop: tokio_util::sync::CancellationToken) {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = every.tick() => match forget_expired(&pg).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(keys = n, "expired idempotency keys deleted"),
+                Err(e) => tracing::debug!(error = %e, "expired idempotency keys not deleted this time"),
+            },
+        }
+    }
 }
 
 /// Notes the top-up a claimed key made (in the claim's transaction).

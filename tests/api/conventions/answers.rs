@@ -2,7 +2,8 @@
 //! `every_answer_carries_a_request_id`,
 //! `a_rate_limited_answer_carries_a_request_id`,
 //! `already_ordered_names_the_existing_order`,
-//! `an_idempotency_key_creates_one_voucher`, `an_idempotency_key_tops_up_once`.
+//! `an_idempotency_key_creates_one_voucher`, `an_idempotency_key_tops_up_once`,
+//! `an_idempotency_key_is_kept_a_day`.
 use super::*;
 
 #[tokio::test]
@@ -254,5 +255,53 @@ async fn an_idempotency_key_tops_up_once() {
         .await
         .unwrap();
     assert_eq!(topups, 2);
+    app.shutdown().await;
+}
+
+/// A key is kept a day: younger, it answers as the first request did (another
+/// body: 422); past its day, it is a new key (another body creates a voucher),
+/// and the sweep deletes it (before, keys were kept for ever).
+#[tokio::test]
+async fn an_idempotency_key_is_kept_a_day() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let age = |key: &'static str, hours: i32| {
+        let pg = app.pg().clone();
+        async move {
+            sqlx::query("UPDATE idempotency_keys SET created_at = now() - make_interval(hours => $2) WHERE key = $1")
+                .bind(key)
+                .bind(hours)
+                .execute(&pg)
+                .await
+                .unwrap();
+        }
+    };
+    let path = "/api/v1/admin/vouchers";
+    let (body_1, body_2, body_3) = (flash_body("first"), flash_body("second"), flash_body("kept"));
+    let first = post_keyed(&app, path, Some("day-old"), &body_1).await;
+    assert_eq!(first.0, StatusCode::CREATED, "{}", first.2);
+    age("day-old", 23).await;
+    assert_eq!(post_keyed(&app, path, Some("day-old"), &body_1).await, first);
+    let (status, _, refused) = post_keyed(&app, path, Some("day-old"), &body_2).await;
+    assert_eq!(
+        (status, code(&refused)),
+        (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+        "23 hours old"
+    );
+    age("day-old", 25).await;
+    let second = post_keyed(&app, path, Some("day-old"), &body_2).await;
+    assert_eq!(second.0, StatusCode::CREATED, "25 hours old: a new key: {}", second.2);
+    assert_ne!(second.2["id"], first.2["id"]);
+    assert_eq!(post_keyed(&app, path, Some("day-old"), &body_2).await, second);
+    // The sweep deletes the keys past their day, and only those.
+    let other = post_keyed(&app, path, Some("kept"), &body_3).await;
+    assert_eq!(other.0, StatusCode::CREATED);
+    age("day-old", 25).await;
+    assert_eq!(seckill::http::idempotency::forget_expired(app.pg()).await.unwrap(), 1);
+    let left: Vec<String> = sqlx::query_scalar("SELECT key FROM idempotency_keys ORDER BY key")
+        .fetch_all(app.pg())
+        .await
+        .unwrap();
+    assert_eq!(left, vec!["kept".to_owned()]);
     app.shutdown().await;
 }
