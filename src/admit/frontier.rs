@@ -1,6 +1,8 @@
-//! [`Frontiers`]: each queue's frontier as this instance last advanced it, so
-//! that a poll costs no query: at most one advance per sale per
-//! [`REFRESH`] in a process, and the polls meanwhile read its answer.
+//! [`PerSale`]: a value per sale as this instance last computed it, so that a
+//! request costs no query: at most one computation per sale per refresh in a
+//! process (single flight), and the requests meanwhile read its answer. Each
+//! queue's frontier ([`Frontiers`], refreshed every [`REFRESH`]), a raffle's
+//! public summary.
 use super::advance::Frontier;
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,21 +12,39 @@ use std::time::{Duration, Instant};
 /// How old a cached frontier may be before a poll advances the queue again.
 pub const REFRESH: Duration = Duration::from_millis(250);
 
-#[derive(Default)]
-struct Slot {
-    last: Mutex<Option<(Instant, Frontier)>>,
-    /// Single flight: one advance at a time per sale in this process.
+struct Slot<T> {
+    last: Mutex<Option<(Instant, T)>>,
+    /// Single flight: one computation at a time per sale in this process.
     running: tokio::sync::Mutex<()>,
 }
 
-/// The cached frontiers, per sale.
-#[derive(Default)]
-pub struct Frontiers {
-    map: Mutex<HashMap<i64, Arc<Slot>>>,
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self {
+            last: Mutex::new(None),
+            running: tokio::sync::Mutex::new(()),
+        }
+    }
 }
 
-impl Frontiers {
-    fn slot(&self, voucher: i64) -> Arc<Slot> {
+/// Cached values, per sale.
+pub struct PerSale<T> {
+    map: Mutex<HashMap<i64, Arc<Slot<T>>>>,
+}
+
+impl<T> Default for PerSale<T> {
+    fn default() -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The cached frontiers, per sale.
+pub type Frontiers = PerSale<Frontier>;
+
+impl<T: Clone> PerSale<T> {
+    fn slot(&self, voucher: i64) -> Arc<Slot<T>> {
         self.map
             .lock()
             .expect("frontiers poisoned")
@@ -33,17 +53,19 @@ impl Frontiers {
             .clone()
     }
 
-    fn fresh(slot: &Slot, max_age: Duration) -> Option<Frontier> {
+    fn fresh(slot: &Slot<T>, max_age: Duration) -> Option<T> {
         let last = slot.last.lock().expect("frontier poisoned");
-        last.filter(|(at, _)| at.elapsed() < max_age).map(|(_, f)| f)
+        last.as_ref()
+            .filter(|(at, _)| at.elapsed() < max_age)
+            .map(|(_, f)| f.clone())
     }
 
-    /// The frontier of `voucher`, no older than `max_age`: cached, or from
+    /// The value of `voucher`, no older than `max_age`: cached, or from
     /// `advance` (one at a time; the callers waiting meanwhile take its answer).
-    pub async fn get<F, Fut>(&self, voucher: i64, max_age: Duration, advance: F) -> anyhow::Result<Frontier>
+    pub async fn get<F, Fut>(&self, voucher: i64, max_age: Duration, advance: F) -> anyhow::Result<T>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = anyhow::Result<Frontier>>,
+        Fut: Future<Output = anyhow::Result<T>>,
     {
         let slot = self.slot(voucher);
         if let Some(f) = Self::fresh(&slot, max_age) {
@@ -54,11 +76,11 @@ impl Frontiers {
             return Ok(f);
         }
         let f = advance().await?;
-        *slot.last.lock().expect("frontier poisoned") = Some((Instant::now(), f));
+        *slot.last.lock().expect("frontier poisoned") = Some((Instant::now(), f.clone()));
         Ok(f)
     }
 
-    /// Forgets `voucher`'s frontier (its rate changed): the next poll advances.
+    /// Forgets `voucher`'s value (a queue's rate changed): the next call computes.
     pub fn forget(&self, voucher: i64) {
         self.map.lock().expect("frontiers poisoned").remove(&voucher);
     }

@@ -30,6 +30,9 @@ pub use mode::Mode;
 pub struct Desk {
     pub signer: signing::Signer,
     pub frontiers: frontier::Frontiers,
+    /// Each raffle's public summary, refreshed at most every
+    /// [`raffle::SUMMARY_REFRESH`] per instance.
+    pub summaries: frontier::PerSale<raffle::Summary>,
 }
 
 impl Desk {
@@ -39,6 +42,7 @@ impl Desk {
         Self {
             signer: signing::Signer::new(root),
             frontiers: frontier::Frontiers::default(),
+            summaries: frontier::PerSale::default(),
         }
     }
 }

@@ -135,6 +135,11 @@ pub struct Summary {
     pub rule: &'static str,
 }
 
+/// How old a raffle's summary may be when `GET .../raffle` answers with it: a
+/// crowd reading the raffle costs Postgres a query (and a count of the entries)
+/// per sale and instance this often, not per request.
+pub const SUMMARY_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The raffle's public state, drawing it first if `draw_at` has passed.
 pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
     draw(pg, voucher).await?;

@@ -5,13 +5,11 @@ use super::auth::Shopper;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::vouchers::voucher_not_found;
 use super::ApiError;
 use super::AppState;
 use crate::admit::pow::Challenge;
 use crate::admit::queue::unix_now;
 use crate::voucher::model::{FlashSale, Voucher};
-use crate::voucher::repo;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest};
 
@@ -25,15 +23,17 @@ pub const POW_HEADER: &str = "X-Altcha";
 /// The sale `id` names: from the cache, else Postgres (a sale created a moment
 /// ago on another instance).
 pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
-    let voucher = match state.cache.get(id) {
-        Some(entry) => entry.voucher.clone(),
-        None => repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?,
-    };
+    let voucher = super::vouchers::cached(state, id).await?;
     let flash = voucher
         .flash
         .clone()
         .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
     Ok((voucher, flash))
+}
+
+/// Whether the request carries a proof of work (`X-Altcha`).
+pub(super) fn sent_proof(req: &HttpRequest) -> bool {
+    req.headers().contains_key(POW_HEADER)
 }
 
 /// For a sale asking a proof of work: the caller's, valid for this sale now.

@@ -82,12 +82,19 @@ pub async fn enter_raffle(
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&path)?;
     let flash = raffle_sale(&state, id).await?;
+    // A proof of work sent is checked first: a forged or stale one costs no query.
+    let sent = super::challenge::sent_proof(&req);
+    if sent {
+        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+    }
     let had = raffle::mine(&state.pg, id, caller.user_id).await?;
     if had.is_none() {
         if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
             return Err(closed());
         }
-        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+        if !sent {
+            proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+        }
     }
     let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id).await? {
         Entered::New(_) => StatusCode::CREATED,
@@ -161,7 +168,17 @@ pub async fn raffle_summary(
 ) -> Result<web::Json<Summary>, ApiError> {
     let id = path_id(&path)?;
     raffle_sale(&state, id).await?;
-    Ok(web::Json(raffle::summary(&state.pg, id).await?))
+    let pg = state.pg.clone();
+    let summary = state
+        .admit
+        .summaries
+        .get(
+            id,
+            raffle::SUMMARY_REFRESH,
+            || async move { raffle::summary(&pg, id).await },
+        )
+        .await?;
+    Ok(web::Json(summary))
 }
 
 #[derive(Deserialize)]

@@ -28,6 +28,27 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/vouchers/{id}", web::get().to(public_get));
 }
 
+/// Voucher `id` for a public route: from this instance's cache, else from
+/// Postgres, unless Postgres said lately that there is none (404 at once: an
+/// unknown id costs Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`,
+/// not one per request; see `voucher::cache::missing`).
+pub(super) async fn cached(state: &AppState, id: i64) -> Result<Voucher, ApiError> {
+    if let Some(e) = state.cache.get(id) {
+        return Ok(e.voucher.clone());
+    }
+    if state.cache.known_missing(id) {
+        return Err(voucher_not_found());
+    }
+    let marker = state.cache.read_marker();
+    match repo::get(&state.pg, id).await? {
+        Some(v) => Ok(v),
+        None => {
+            state.cache.note_missing(id, marker);
+            Err(voucher_not_found())
+        }
+    }
+}
+
 pub(super) fn voucher_not_found() -> ApiError {
     ApiError::not_found("voucher_not_found", "no voucher with this id")
 }
@@ -179,21 +200,7 @@ pub async fn public_get(
     path: web::Path<String>,
 ) -> Result<web::Json<PublicVoucher>, ApiError> {
     let id = path_id(&path)?;
-    let voucher = match state.cache.get(id) {
-        Some(e) => e.voucher.clone(),
-        // Asked lately and not there: not Postgres again (see voucher::cache::missing).
-        None if state.cache.known_missing(id) => return Err(voucher_not_found()),
-        None => {
-            let marker = state.cache.read_marker();
-            match repo::get(&state.pg, id).await? {
-                Some(v) => v,
-                None => {
-                    state.cache.note_missing(id, marker);
-                    return Err(voucher_not_found());
-                }
-            }
-        }
-    };
+    let voucher = cached(&state, id).await?;
     let stock_remaining = if voucher.is_flash_sale() {
         let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
         Some(stock::stats(&state.redis, &state.keys, id, shards).await?.stock)

@@ -192,9 +192,14 @@ pub async fn join_queue(
     if Utc::now() >= flash.end_at {
         return Err(ApiError::conflict("sale_ended", "the sale has ended"));
     }
+    // A proof of work sent is checked first: a forged or stale one costs no query.
+    let sent = super::challenge::sent_proof(&req);
+    if sent {
+        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+    }
     // One place per shopper: a shopper who has one gets it back without paying again.
     let had = queue::place_of(&state.pg, id, caller.user_id).await?;
-    if had.is_none() {
+    if had.is_none() && !sent {
         proof_of_work(&req, &state, id, caller.user_id, &flash)?;
     }
     let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at).await?;

@@ -23,7 +23,8 @@ async fn get_within(app: &TestApp, path: &str, within: Duration) -> Result<(Stat
 }
 
 /// While the vouchers table is locked, a query for an id reaches Postgres and
-/// waits; an id asked for before answers 404 from memory.
+/// waits; an id asked for before answers 404 from memory, on the voucher's
+/// public view and on its admission routes alike.
 #[tokio::test]
 async fn a_missing_voucher_asked_again_does_not_reach_postgres() {
     let ns = Namespace::new().await;
@@ -51,6 +52,24 @@ async fn a_missing_voucher_asked_again_does_not_reach_postgres() {
             .await
             .expect("answered from memory, not by the locked table");
         assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "voucher_not_found"));
+    }
+    // The admission routes of that id too (before, each went to Postgres).
+    for path in ["raffle", "raffle/me", "challenge", "queue/me"] {
+        let resp = app
+            .client
+            .get(format!("{}/api/v1/vouchers/424242/{path}", app.addr))
+            .bearer_auth(app.shopper(7))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: answered from memory, not by the locked table: {e}"));
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::NOT_FOUND, "voucher_not_found"),
+            "{path}"
+        );
     }
     lock.rollback().await.unwrap();
     app.shutdown().await;

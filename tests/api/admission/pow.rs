@@ -1,6 +1,7 @@
 //! `a_proof_of_work_below_the_difficulty_is_refused`: joining a queue that asks
 //! a proof of work needs the caller's solution of a challenge of at least the
 //! sale's difficulty; a shopper has one place however often it asks.
+//! `a_proof_of_work_is_checked_before_any_query`.
 use super::*;
 use seckill::admit::pow::{payload, solve, Challenge};
 use seckill::admit::signing::Signer;
@@ -92,5 +93,53 @@ async fn a_proof_of_work_below_the_difficulty_is_refused() {
         (StatusCode::CONFLICT, "no_proof_of_work"),
         "{body}"
     );
+    app.shutdown().await;
+}
+
+/// A proof of work sent is checked before anything is read: while the queue's
+/// places and the raffle's entries are locked (a query of them would wait), a
+/// wrong proof is refused at once, on joining the queue and on entering the
+/// raffle (before, each looked the shopper up in Postgres first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_proof_of_work_is_checked_before_any_query() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let (begin, end) = (now - chrono::Duration::seconds(1), now + chrono::Duration::hours(2));
+    let pow = |admission: &str| {
+        let mut extra = json!({"admission": admission, "pow_difficulty": 1000});
+        if admission == "raffle" {
+            extra["draw_at"] = json!((now + chrono::Duration::hours(1)).to_rfc3339());
+        }
+        extra
+    };
+    let queue = sale_with(&app, 10, begin, end, pow("queue")).await;
+    let raffle = sale_with(&app, 10, begin, end, pow("raffle")).await;
+    let mut lock = app.pg().begin().await.unwrap();
+    sqlx::query("LOCK TABLE queue_places, raffle_entries IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(3))
+        .build()
+        .unwrap();
+    for path in [format!("{queue}/queue"), format!("{raffle}/raffle/entries")] {
+        let resp = client
+            .post(format!("{}/api/v1/vouchers/{path}", app.addr))
+            .bearer_auth(app.shopper(1))
+            .header("X-Altcha", "bm90IGEgcHJvb2Y=")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: answered without waiting for the locked table: {e}"));
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::FORBIDDEN, "proof_of_work_invalid"),
+            "{path}: {body}"
+        );
+    }
+    lock.rollback().await.unwrap();
     app.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! `a_raffle_is_recomputed_from_its_published_seed_and_entries`: the test draws
 //! the winners itself, with its own SHA-256, from what the API publishes, and
 //! finds the service's; winners order, everyone else is told they lost.
+//! `a_crowd_reading_the_raffle_costs_postgres_one_query_per_refresh`.
 use super::*;
 use futures::stream::{self, StreamExt};
 use hmac::{Hmac, Mac};
@@ -200,5 +201,65 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
     assert_eq!(orders, stock);
     wait_stored(&app, v, stock as i64, Duration::from_secs(30), "the winners' orders").await;
     assert_balanced(&app, v).await;
+    app.shutdown().await;
+}
+
+/// `GET .../raffle` answers from this instance's copy of the summary, made at
+/// most every `SUMMARY_REFRESH` (0.5 s): while the raffle's entries are locked
+/// (a count of them would wait), twenty readers at once are all answered (before,
+/// each request counted every entry). If the machine took more than half the
+/// refresh between the copy and the readers, the copy may rightly have been
+/// renewed: that try is made again, three times at most.
+#[tokio::test]
+async fn a_crowd_reading_the_raffle_costs_postgres_one_query_per_refresh() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let draw_at = now + chrono::Duration::hours(1);
+    let v = sale_with(
+        &app,
+        10,
+        now - chrono::Duration::seconds(1),
+        now + chrono::Duration::hours(2),
+        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339()}),
+    )
+    .await;
+    let (status, body) = enter(&app.addr, &app.shopper(1), v).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let url = format!("{}/api/v1/vouchers/{v}/raffle", app.addr);
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let refresh = seckill::admit::raffle::SUMMARY_REFRESH;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        // Past the last copy's refresh: this read makes a new one.
+        tokio::time::sleep(refresh).await;
+        let made = std::time::Instant::now();
+        let first = client.get(&url).send().await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        let mut lock = app.pg().begin().await.unwrap();
+        sqlx::query("LOCK TABLE raffle_entries IN ACCESS EXCLUSIVE MODE")
+            .execute(&mut *lock)
+            .await
+            .unwrap();
+        // How old the copy was when the readers asked.
+        let age = made.elapsed();
+        let answers = futures::future::join_all((0..20).map(|_| client.get(&url).send())).await;
+        lock.rollback().await.unwrap();
+        let answered = answers
+            .iter()
+            .filter(|a| a.as_ref().is_ok_and(|r| r.status() == StatusCode::OK))
+            .count();
+        if answered == 20 {
+            break;
+        }
+        assert!(
+            age > refresh / 2 && tries < 3,
+            "{answered} of 20 readers answered, asking {age:?} after the copy, while the entries were locked"
+        );
+    }
     app.shutdown().await;
 }
