@@ -12,6 +12,8 @@ use prometheus::{
 
 pub struct Metrics {
     registry: Registry,
+    /// The page as last rendered for `GET /metrics` (see [`Metrics::page`]).
+    page: std::sync::Mutex<Option<Page>>,
     /// Order requests by outcome: accepted, sold_out, already_ordered, not_started,
     /// ended, paused, rate_limited, unavailable, not_found, not_a_flash_sale.
     pub order_requests: IntCounterVec,
@@ -52,6 +54,17 @@ pub struct Metrics {
     /// Running flash sales whose books did not balance in two consecutive audits
     /// (see [`crate::voucher::audit`]).
     pub sales_unbalanced: IntGauge,
+}
+
+/// How often `GET /metrics` renders the page at most.
+pub const RENDER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The metrics page as rendered once: the text and its gzip.
+#[derive(Clone)]
+pub struct Page {
+    made: std::time::Instant,
+    pub text: bytes::Bytes,
+    pub gzip: bytes::Bytes,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -237,6 +250,7 @@ impl Metrics {
                 .unwrap(),
             ),
             registry: r,
+            page: std::sync::Mutex::new(None),
         }
     }
 
@@ -244,7 +258,31 @@ impl Metrics {
         self.order_requests.with_label_values(&[outcome]).inc();
     }
 
-    /// The text exposition format.
+    /// The page `GET /metrics` serves: rendered at most once per [`RENDER_EVERY`]
+    /// (a scrape flood costs one render a second, however many ask), with its
+    /// gzip made once too. Scrapers see values at most that old.
+    pub fn page(&self) -> Page {
+        let mut page = self.page.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = page.as_ref().filter(|p| p.made.elapsed() < RENDER_EVERY) {
+            return p.clone();
+        }
+        let text = bytes::Bytes::from(self.render());
+        let gzip = {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(&text).expect("gzip into memory cannot fail");
+            bytes::Bytes::from(gz.finish().expect("gzip into memory cannot fail"))
+        };
+        let fresh = Page {
+            made: std::time::Instant::now(),
+            text,
+            gzip,
+        };
+        *page = Some(fresh.clone());
+        fresh
+    }
+
+    /// The text exposition format, rendered now.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
         TextEncoder::new()

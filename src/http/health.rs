@@ -60,8 +60,29 @@ fn not_ready(message: String, checks: serde_json::Map<String, serde_json::Value>
 /// `GET /metrics`: Prometheus text format. The outbox backlog gauge is kept by the
 /// readiness task ([`crate::app::readiness`]), not read here.
 #[utoipa::path(get, path = "/metrics", tag = "health", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    HttpResponse::Ok()
+/// The page as rendered at most a second ago (`Metrics::page`), gzipped when the
+/// scraper takes gzip (Prometheus does).
+pub async fn metrics(req: actix_web::HttpRequest, state: web::Data<AppState>) -> HttpResponse {
+    let page = state.metrics.page();
+    let gzip = req
+        .headers()
+        .get_all(actix_web::http::header::ACCEPT_ENCODING)
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
+                && !parts.any(|p| p.replace(' ', "").eq_ignore_ascii_case("q=0"))
+        });
+    let mut answer = HttpResponse::Ok();
+    answer
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(state.metrics.render())
+        .insert_header((actix_web::http::header::VARY, "Accept-Encoding"));
+    if gzip {
+        answer
+            .insert_header((actix_web::http::header::CONTENT_ENCODING, "gzip"))
+            .body(page.gzip)
+    } else {
+        answer.body(page.text)
+    }
 }

@@ -2,7 +2,8 @@
 //! made-up methods leave the metrics page small (its labels are bounded by the
 //! code); a readiness flood leaves pay and admin answering; admin routes keep a
 //! budget of their own while the crowd fills the in-flight cap; one shopper's pay
-//! storm leaves other shoppers' requests alone.
+//! storm leaves other shoppers' requests alone; a scrape flood renders the
+//! metrics page once a second.
 use crate::helpers::*;
 use futures::StreamExt;
 use reqwest::{Method, StatusCode};
@@ -149,5 +150,51 @@ async fn a_readiness_flood_leaves_pay_and_admin_answering() {
         "{distinct} different checks served in {secs} s to {} answers",
         answers.load(Ordering::Relaxed)
     );
+    app.shutdown().await;
+}
+
+/// A flood of scrapes renders the metrics page once a second: fifty reads in a
+/// row get one page, byte for byte, though each read is counted in the page's own
+/// request latency series (a fresh render would differ); gzip is served to a
+/// scraper that takes it (the same page, a fraction of its size); a second later
+/// the page is rendered anew (before, every request rendered it: 0.5 to 1 MB each).
+#[tokio::test]
+async fn a_scrape_flood_renders_the_metrics_page_once_a_second() {
+    use std::io::Read;
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let first = metrics_page(&app).await;
+    for _ in 0..50 {
+        assert_eq!(
+            metrics_page(&app).await,
+            first,
+            "a page rendered again within the second"
+        );
+    }
+    assert_ne!(
+        app.metrics_text(),
+        first,
+        "a render now differs: the reads were counted"
+    );
+    let resp = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-encoding"], "gzip");
+    let gz = resp.bytes().await.unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut text).unwrap();
+    assert_eq!(text, first, "the gzip is the same page");
+    assert!(
+        gz.len() * 3 < first.len(),
+        "gzip: {} of {} bytes",
+        gz.len(),
+        first.len()
+    );
+    tokio::time::sleep(seckill::metrics::RENDER_EVERY + std::time::Duration::from_millis(50)).await;
+    assert_ne!(metrics_page(&app).await, first, "rendered anew after a second");
     app.shutdown().await;
 }

@@ -25,12 +25,7 @@ async fn availability(app: &TestApp, v: i64) -> serde_json::Value {
 
 /// The sale's `seckill_sale_closed_seconds` on `/metrics`, if exported.
 async fn closed_gauge(app: &TestApp, v: i64) -> Option<f64> {
-    let text = reqwest::get(format!("{}/metrics", app.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text();
     let prefix = format!("seckill_sale_closed_seconds{{voucher=\"{v}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))

@@ -17,15 +17,7 @@ async fn audit(app: &TestApp, voucher: i64) -> Value {
 
 /// The value of one series on `/metrics` (None if absent).
 async fn gauge(app: &TestApp, series: &str) -> Option<f64> {
-    let text = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics_text();
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())

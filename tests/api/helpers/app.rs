@@ -241,19 +241,19 @@ impl TestApp {
     }
 
     /// The value of one series of this instance's `/metrics` (0 if absent).
+    /// (Rendered now, from the instance's registry: `GET /metrics` serves a page up
+    /// to a second old.)
     pub async fn metric(&self, series: &str) -> f64 {
-        let text = self
-            .client
-            .get(format!("{}/metrics", self.addr))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = self.metrics_text();
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
             .map_or(0.0, |n| n.trim().parse().unwrap())
+    }
+
+    /// This instance's metrics page, rendered now (`GET /metrics` serves one up to
+    /// a second old).
+    pub fn metrics_text(&self) -> String {
+        self.app().state().metrics.render()
     }
 
     pub fn pg(&self) -> &sqlx::PgPool {

@@ -121,6 +121,9 @@ pub async fn assert_balanced(app: &TestApp, voucher: i64) {
 /// `bases` and fails on any incident, or if none of them has persisted an order
 /// (the check would prove nothing).
 pub async fn assert_no_incidents(scenario: &str, bases: &[&str]) {
+    // `/metrics` serves a page rendered at most a second ago: after this wait,
+    // every page read below was rendered after the call.
+    tokio::time::sleep(seckill::metrics::RENDER_EVERY + std::time::Duration::from_millis(50)).await;
     let mut batches = 0.0;
     for base in bases {
         let text = reqwest::get(format!("{base}/metrics"))

@@ -334,12 +334,7 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
     // (One live order per shopper: a unique index; the two sold again are the
     // `failed` ones above.)
     assert_eq!(live.len(), 6, "exactly the stock: {rows:?}");
-    let metrics = reqwest::get(format!("{}/metrics", app.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics_text();
     assert!(
         metrics.contains("seckill_worker_incidents_total{kind=\"late_conflict\"} 2"),
         "two late conflicts counted"
