@@ -14,6 +14,8 @@ pub struct Metrics {
     registry: Registry,
     /// The page as last rendered for `GET /metrics` (see [`Metrics::page`]).
     page: std::sync::Mutex<Option<Page>>,
+    /// How often the page is rendered at most, in ms (`SECKILL_METRICS_RENDER_MS`).
+    render_every_ms: std::sync::atomic::AtomicU64,
     /// Order requests by outcome: accepted, sold_out, already_ordered, not_started,
     /// ended, paused, rate_limited, unavailable, not_found, not_a_flash_sale.
     pub order_requests: IntCounterVec,
@@ -56,7 +58,7 @@ pub struct Metrics {
     pub sales_unbalanced: IntGauge,
 }
 
-/// How often `GET /metrics` renders the page at most.
+/// How often `GET /metrics` renders the page at most, by default.
 pub const RENDER_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The metrics page as rendered once: the text and its gzip.
@@ -251,6 +253,7 @@ impl Metrics {
             ),
             registry: r,
             page: std::sync::Mutex::new(None),
+            render_every_ms: std::sync::atomic::AtomicU64::new(RENDER_EVERY.as_millis() as u64),
         }
     }
 
@@ -258,12 +261,21 @@ impl Metrics {
         self.order_requests.with_label_values(&[outcome]).inc();
     }
 
-    /// The page `GET /metrics` serves: rendered at most once per [`RENDER_EVERY`]
-    /// (a scrape flood costs one render a second, however many ask), with its
-    /// gzip made once too. Scrapers see values at most that old.
+    /// How often [`Metrics::page`] renders at most (default [`RENDER_EVERY`]; 0:
+    /// every request).
+    pub fn set_render_every(&self, every: std::time::Duration) {
+        self.render_every_ms
+            .store(every.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The page `GET /metrics` serves: rendered at most once per
+    /// `SECKILL_METRICS_RENDER_MS` (default [`RENDER_EVERY`]: a scrape flood costs
+    /// one render a second, however many ask), with its gzip made once too.
+    /// Scrapers see values at most that old.
     pub fn page(&self) -> Page {
+        let every = std::time::Duration::from_millis(self.render_every_ms.load(std::sync::atomic::Ordering::Relaxed));
         let mut page = self.page.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = page.as_ref().filter(|p| p.made.elapsed() < RENDER_EVERY) {
+        if let Some(p) = page.as_ref().filter(|p| p.made.elapsed() < every) {
             return p.clone();
         }
         let text = bytes::Bytes::from(self.render());

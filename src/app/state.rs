@@ -102,6 +102,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     );
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    metrics.set_render_every(settings.metrics_render_every);
     let formats = Arc::new(crate::outbox::format::Formats::new(
         background_pg.clone(),
         instance.clone(),

@@ -108,6 +108,7 @@ impl Settings {
                 0,
                 3_600_000,
             )?),
+            metrics_render_every: Duration::from_millis(num(&var, "SECKILL_METRICS_RENDER_MS", 1000, 0, 60_000)?),
             http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
             runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };

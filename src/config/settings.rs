@@ -95,6 +95,9 @@ pub struct Settings {
     /// again does not reach Postgres (`SECKILL_MISSING_VOUCHER_TTL_MS`, default 1 s;
     /// 0: not remembered). A voucher created meanwhile shows at once anyway.
     pub missing_voucher_ttl: Duration,
+    /// How often `GET /metrics` renders its page at most (`SECKILL_METRICS_RENDER_MS`,
+    /// default a second; 0: every request).
+    pub metrics_render_every: Duration,
     /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
     pub http_workers: usize,
     /// Threads of the runtime that runs the relay, the worker and the other

@@ -18,6 +18,7 @@ fn defaults_match_the_contract() {
     assert!(s.jwt_secret_is_dev);
     assert!(s.migrate_on_start);
     assert_eq!(s.max_clock_skew, Some(Duration::from_secs(2)));
+    assert_eq!(s.metrics_render_every, Duration::from_secs(1));
     assert_eq!(
         with(&[("SECKILL_MAX_CLOCK_SKEW_MS", "0")]).unwrap().max_clock_skew,
         None
