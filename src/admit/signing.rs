@@ -1,6 +1,6 @@
-//! [`Signer`]: the keys of fair admission, each derived for one purpose from
-//! `SECKILL_ADMISSION_SECRET` (or, unset, the JWT secret) as HMAC-SHA256 of the
-//! secret and a label, so that a shopper's
+//! [`Signer`]: the keys of fair admission, each derived for one purpose from one
+//! root ([`root_of`]: `SECKILL_ADMISSION_SECRET`, or one derived from the JWT
+//! secrets) as HMAC-SHA256 of the root and a label, so that a shopper's
 //! token is never an admission token, a queue ticket never either, a proof of
 //! work's signature signs nothing else, and raffle entries name shoppers under a
 //! key of their own.
@@ -26,6 +26,23 @@ impl Signer {
             altcha: mac(root.as_bytes(), b"seckill altcha v1"),
             raffle: mac(root.as_bytes(), b"seckill raffle entry v1"),
         }
+    }
+}
+
+/// The root the admission keys are derived from: `SECKILL_ADMISSION_SECRET`; else,
+/// when `SECKILL_ADMIN_JWT_SECRET` is set apart, a key derived from both JWT
+/// secrets (whoever issues shopper tokens holds `SECKILL_JWT_SECRET` and must not
+/// be able to make admission tokens, tickets, challenges or entry names); else
+/// `SECKILL_JWT_SECRET` itself.
+pub fn root_of(s: &crate::config::Settings) -> String {
+    let jwt = s.jwt_secret.expose();
+    match (&s.admission_secret, &s.admin_jwt_secret) {
+        (Some(own), _) => own.expose().to_owned(),
+        (None, Some(admin)) if admin.expose() != jwt => hex::encode(mac(
+            admin.expose().as_bytes(),
+            format!("seckill admission root v1:{jwt}").as_bytes(),
+        )),
+        _ => jwt.to_owned(),
     }
 }
 

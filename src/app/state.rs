@@ -76,8 +76,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
     let admission = Arc::new(crate::http::admission::Admission::new(&settings));
-    let admission_root = settings.admission_secret.as_ref().unwrap_or(&settings.jwt_secret);
-    let admit = Arc::new(crate::admit::Desk::new(admission_root.expose()));
+    let admit = Arc::new(crate::admit::Desk::new(&crate::admit::signing::root_of(&settings)));
     // Shopper tokens of an identity provider: its keys fetched before the first
     // request where they can be (a provider that does not answer yet is retried
     // in the background, and its tokens answered 503 meanwhile).

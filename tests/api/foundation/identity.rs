@@ -288,6 +288,12 @@ async fn a_shopper_issuers_key_makes_no_admin() {
     // The test's own keys (`app.admin()`) sign admins with the admin secret.
     let (status, body) = app.get(admin_route, Some(&app.admin())).await;
     assert_eq!(status, StatusCode::OK, "the admin secret's token: {body}");
+    // Nor can the JWT secret's holder derive the admission keys (no
+    // SECKILL_ADMISSION_SECRET here: they come from both JWT secrets).
+    let label = b"seckill raffle entry v1";
+    let raffle = app.app().state().admit.signer.raffle;
+    assert_ne!(raffle, seckill::admit::signing::mac(SECRET.as_bytes(), label));
+    assert_ne!(raffle, seckill::admit::signing::mac(ADMIN_SECRET.as_bytes(), label));
 }
 
 /// Without an identity provider, `SECKILL_ADMIN_JWT_SECRET` still splits the keys:
