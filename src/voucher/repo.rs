@@ -159,20 +159,8 @@ pub async fn set_paused(tx: &mut sqlx::PgConnection, id: i64, paused: bool) -> R
         .bind(id)
         .execute(&mut *tx)
         .await?;
-    // A queue's clock stops with its sale and goes on where it stopped
-    // (`migrations/0025_queue_clock.sql`); pausing twice, or resuming a running
-    // queue, changes nothing.
-    sqlx::query(
-        "UPDATE admission_queues
-            SET paused_secs = paused_secs + CASE WHEN NOT $2 AND paused_at IS NOT NULL
-                                THEN extract(epoch FROM clock_timestamp() - paused_at)::float8 ELSE 0 END,
-                paused_at = CASE WHEN $2 THEN coalesce(paused_at, clock_timestamp()) END
-          WHERE voucher_id = $1",
-    )
-    .bind(id)
-    .bind(paused)
-    .execute(&mut *tx)
-    .await?;
+    // A queue's clock stops with its sale and goes on where it stopped: the
+    // trigger of `migrations/0025_queue_clock.sql` keeps it with `paused`.
     Ok(Some(()))
 }
 

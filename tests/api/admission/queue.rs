@@ -1,7 +1,8 @@
 //! The waiting room:
 //! - `thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_shuffled`;
 //! - `the_frontier_holds_while_the_admitted_could_take_every_unit`;
-//! - `a_pause_longer_than_a_turn_stops_the_queues_clock`.
+//! - `a_pause_longer_than_a_turn_stops_the_queues_clock`;
+//! - `an_older_binarys_pause_and_moves_keep_the_clock`.
 use super::*;
 use futures::stream::{self, StreamExt};
 use std::collections::HashMap;
@@ -223,7 +224,7 @@ async fn the_frontier_holds_while_the_admitted_could_take_every_unit() {
     app.shutdown().await;
 }
 
-/// A queue sale (a shopper a second, turns of 4 s) paused for 6 s, longer than a
+/// A queue sale (a shopper a second, turns of 6 s) paused for 8 s, longer than a
 /// turn, and resumed: the frontier did not move while it was paused, the shopper
 /// admitted just before the pause is still admitted after it and orders with the
 /// token they had (before, the turn ran through the pause: 403
@@ -239,7 +240,7 @@ async fn a_pause_longer_than_a_turn_stops_the_queues_clock() {
         100,
         now - chrono::Duration::seconds(1),
         now + chrono::Duration::hours(1),
-        json!({"admission": "queue", "admit_rate": 1, "turn_secs": 4}),
+        json!({"admission": "queue", "admit_rate": 1, "turn_secs": 6}),
     )
     .await;
     for user in 1..=12 {
@@ -267,7 +268,7 @@ async fn a_pause_longer_than_a_turn_stops_the_queues_clock() {
     };
     admin("pause").await;
     let at_pause = upto().await;
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
     let (_, during) = poll(&app, v, 1, None).await;
     assert_eq!(upto().await, at_pause, "the frontier moved while the sale was paused");
     assert_eq!(during["state"], "admitted", "shopper 1 during the pause: {during}");
@@ -290,5 +291,82 @@ async fn a_pause_longer_than_a_turn_stops_the_queues_clock() {
     })
     .await;
     assert!(moved.is_some(), "the frontier moves again after the resume");
+    app.shutdown().await;
+}
+
+/// During a rolling upgrade an older binary pauses and resumes with the flag
+/// alone, and writes the frontier's moves without their clock: the queue's clock
+/// follows all the same (migration 0025's triggers), so a queue paused by one
+/// binary and resumed by the other does not stay stopped, and a move has its clock.
+#[tokio::test]
+async fn an_older_binarys_pause_and_moves_keep_the_clock() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let v = sale_with(
+        &app,
+        10,
+        now + chrono::Duration::hours(1),
+        now + chrono::Duration::hours(2),
+        json!({"admission": "queue", "admit_rate": 1, "turn_secs": 60}),
+    )
+    .await;
+    let clock = || async {
+        sqlx::query_as::<_, (Option<DateTime<Utc>>, f64)>(
+            "SELECT paused_at, paused_secs FROM admission_queues WHERE voucher_id = $1",
+        )
+        .bind(v)
+        .fetch_one(app.pg())
+        .await
+        .unwrap()
+    };
+    let pg = app.pg().clone();
+    let flag = |paused: bool| {
+        let pg = pg.clone();
+        async move {
+            sqlx::query("UPDATE seckill_vouchers SET paused = $2 WHERE voucher_id = $1")
+                .bind(v)
+                .bind(paused)
+                .execute(&pg)
+                .await
+                .unwrap();
+        }
+    };
+    // Paused by this binary, resumed by an older one (the flag alone).
+    let (status, body) = app
+        .post(
+            &format!("/api/v1/admin/vouchers/{v}/pause"),
+            Some(&app.admin()),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(clock().await.0.is_some(), "paused: the clock stands");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    flag(false).await;
+    let (paused_at, paused_secs) = clock().await;
+    assert!(paused_at.is_none(), "resumed by the flag alone: the clock runs");
+    assert!((0.3..5.0).contains(&paused_secs), "{paused_secs} s paused");
+    // Paused again by an older binary: a pause is going on.
+    flag(true).await;
+    assert!(clock().await.0.is_some());
+    flag(true).await;
+    // A move it writes without a clock gets the queue's clock at its time.
+    sqlx::query("INSERT INTO queue_admits (voucher_id, upto, at) VALUES ($1, 1, now())")
+        .bind(v)
+        .execute(app.pg())
+        .await
+        .unwrap();
+    let (clock_of_move, unix): (f64, f64) =
+        sqlx::query_as("SELECT clock, extract(epoch FROM at)::float8 FROM queue_admits WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_one(app.pg())
+            .await
+            .unwrap();
+    let behind = unix - clock_of_move;
+    assert!(
+        (paused_secs..paused_secs + 5.0).contains(&behind),
+        "the move's clock is unix time less the pauses: {behind} s behind, {paused_secs} s paused"
+    );
     app.shutdown().await;
 }
