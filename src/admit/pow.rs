@@ -55,7 +55,12 @@ pub struct Solution {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     Missing,
+    /// Not a solution of a challenge this service issued to this shopper for this
+    /// sale: forged, wrong, or someone else's.
     Invalid(&'static str),
+    /// A solution of the service's own challenge, no longer good: expired, or
+    /// below the sale's difficulty now.
+    Stale(&'static str),
 }
 
 impl Signer {
@@ -118,11 +123,11 @@ impl Signer {
         }
         match num("expires") {
             Some(e) if e >= 0 && (e as u64) > now => {}
-            _ => return Err(Refused::Invalid("the challenge has expired")),
+            _ => return Err(Refused::Stale("the challenge has expired")),
         }
         match num("max") {
             Some(m) if m >= difficulty => Ok(()),
-            _ => Err(Refused::Invalid("the proof of work is below the sale's difficulty")),
+            _ => Err(Refused::Stale("the proof of work is below the sale's difficulty")),
         }
     }
 }

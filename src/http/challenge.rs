@@ -31,9 +31,34 @@ pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSal
     Ok((voucher, flash))
 }
 
-/// Whether the request carries a proof of work (`X-Altcha`).
-pub(super) fn sent_proof(req: &HttpRequest) -> bool {
-    req.headers().contains_key(POW_HEADER)
+/// A proof of work sent, checked before anything is read ([`first_proof`]).
+pub(super) enum Proof {
+    /// None sent.
+    Absent,
+    /// Good, or the sale asks none.
+    Good,
+    /// The service's own challenge, solved, but expired or too easy now: good
+    /// enough to ask again for a place or entry the shopper has, refused for a new one.
+    Stale(ApiError),
+}
+
+/// The proof of work the request sends, checked before any query: a forged,
+/// wrong or someone else's one is refused at once (403 `proof_of_work_invalid`).
+pub(super) fn first_proof(
+    req: &HttpRequest,
+    state: &AppState,
+    sale: i64,
+    user: i64,
+    flash: &FlashSale,
+) -> Result<Proof, ApiError> {
+    if !req.headers().contains_key(POW_HEADER) {
+        return Ok(Proof::Absent);
+    }
+    match check(req, state, sale, user, flash) {
+        Ok(()) => Ok(Proof::Good),
+        Err(crate::admit::pow::Refused::Stale(why)) => Ok(Proof::Stale(invalid(why))),
+        Err(refused) => Err(refused_error(refused)),
+    }
 }
 
 /// For a sale asking a proof of work: the caller's, valid for this sale now.
@@ -44,28 +69,43 @@ pub(super) fn proof_of_work(
     user: i64,
     flash: &FlashSale,
 ) -> Result<(), ApiError> {
+    check(req, state, sale, user, flash).map_err(refused_error)
+}
+
+fn invalid(why: &'static str) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
+}
+
+fn refused_error(refused: crate::admit::pow::Refused) -> ApiError {
+    use crate::admit::pow::Refused;
+    match refused {
+        Refused::Missing => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "proof_of_work_required",
+            "this sale asks a proof of work: solve GET /api/v1/vouchers/{id}/challenge and send it in X-Altcha",
+        ),
+        Refused::Invalid(why) | Refused::Stale(why) => invalid(why),
+    }
+}
+
+fn check(
+    req: &HttpRequest,
+    state: &AppState,
+    sale: i64,
+    user: i64,
+    flash: &FlashSale,
+) -> Result<(), crate::admit::pow::Refused> {
     if flash.pow_difficulty <= 0 {
         return Ok(());
     }
     let Some(payload) = req.headers().get(POW_HEADER) else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "proof_of_work_required",
-            "this sale asks a proof of work: solve GET /api/v1/vouchers/{id}/challenge and send it in X-Altcha",
-        ));
+        return Err(crate::admit::pow::Refused::Missing);
     };
     let payload = payload.to_str().unwrap_or_default();
     state
         .admit
         .signer
         .check_solution(payload, sale, user, i64::from(flash.pow_difficulty), unix_now())
-        .map_err(|refused| {
-            let why = match refused {
-                crate::admit::pow::Refused::Missing => "no proof of work",
-                crate::admit::pow::Refused::Invalid(why) => why,
-            };
-            ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
-        })
 }
 
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/challenge", tag = "admission", security(("bearer" = [])),

@@ -82,18 +82,17 @@ pub async fn enter_raffle(
 ) -> Result<HttpResponse, ApiError> {
     let id = path_id(&path)?;
     let flash = raffle_sale(&state, id).await?;
-    // A proof of work sent is checked first: a forged or stale one costs no query.
-    let sent = super::challenge::sent_proof(&req);
-    if sent {
-        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
-    }
+    // A proof of work sent is checked first: a forged one costs no query.
+    let proof = super::challenge::first_proof(&req, &state, id, caller.user_id, &flash)?;
     let had = raffle::mine(&state.pg, id, caller.user_id).await?;
     if had.is_none() {
         if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
             return Err(closed());
         }
-        if !sent {
-            proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+        match proof {
+            super::challenge::Proof::Good => {}
+            super::challenge::Proof::Stale(refused) => return Err(refused),
+            super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
         }
     }
     let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id).await? {

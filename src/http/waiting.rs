@@ -1,6 +1,6 @@
 //! The waiting room of a `queue` sale: joining and polling a place (`src/admit`).
 use super::auth::Shopper;
-use super::challenge::{proof_of_work, sale};
+use super::challenge::{first_proof, proof_of_work, sale, Proof};
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
@@ -192,15 +192,17 @@ pub async fn join_queue(
     if Utc::now() >= flash.end_at {
         return Err(ApiError::conflict("sale_ended", "the sale has ended"));
     }
-    // A proof of work sent is checked first: a forged or stale one costs no query.
-    let sent = super::challenge::sent_proof(&req);
-    if sent {
-        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
-    }
-    // One place per shopper: a shopper who has one gets it back without paying again.
+    // A proof of work sent is checked first: a forged one costs no query.
+    let proof = first_proof(&req, &state, id, caller.user_id, &flash)?;
+    // One place per shopper: a shopper who has one gets it back without paying
+    // again (an expired proof sent with the request does not matter then).
     let had = queue::place_of(&state.pg, id, caller.user_id).await?;
-    if had.is_none() && !sent {
-        proof_of_work(&req, &state, id, caller.user_id, &flash)?;
+    if had.is_none() {
+        match proof {
+            Proof::Good => {}
+            Proof::Stale(refused) => return Err(refused),
+            Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
+        }
     }
     let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at).await?;
     let status = status(&state, &voucher, &flash, caller.user_id, joined.place).await?;

@@ -77,8 +77,17 @@ async fn a_proof_of_work_below_the_difficulty_is_refused() {
     let (status, first) = join(&app, v, 1, &[("X-Altcha", &good)]).await;
     assert_eq!(status, StatusCode::CREATED, "{first}");
     assert_eq!(first["place"], 1, "{first}");
-    // Asking again, with or without the solution: the same place, no new one.
-    for headers in [vec![("X-Altcha", good.as_str())], vec![]] {
+    // Asking again, with or without the solution, or with a solution that has
+    // expired since (or is below the difficulty): the same place, no new one.
+    let expired = Signer::new(SECRET).challenge(v, 1, difficulty, Utc::now().timestamp() as u64 - 3600);
+    let expired = payload(&expired, solve(&expired).unwrap());
+    let too_easy = payload(&easy, easy_n);
+    for headers in [
+        vec![("X-Altcha", good.as_str())],
+        vec![],
+        vec![("X-Altcha", expired.as_str())],
+        vec![("X-Altcha", too_easy.as_str())],
+    ] {
         let (status, again) = join(&app, v, 1, &headers).await;
         assert_eq!(status, StatusCode::OK, "{again}");
         assert_eq!(again["place"], 1, "{again}");
