@@ -112,6 +112,16 @@ impl Settings {
             http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
             runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };
+        if let Some(url) = s.jwks.as_deref().and_then(|j| j.strip_prefix("http://")) {
+            let host = url.split(['/', '?']).next().unwrap_or_default();
+            let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+            if !["127.0.0.1", "localhost", "[::1]"].contains(&host) {
+                bail!(
+                    "SECKILL_JWKS: an identity provider's keys over plain http:// could be replaced on the way; \
+                     use https:// (http:// is taken on a loopback address only)"
+                );
+            }
+        }
         if s.jwks.is_some() && (s.jwt_issuer.is_none() || s.jwt_audience.is_none()) {
             bail!(
                 "SECKILL_JWKS needs SECKILL_JWT_ISSUER and SECKILL_JWT_AUDIENCE: an identity provider's \

@@ -101,4 +101,15 @@ fn a_jwks_needs_an_issuer_and_an_audience() {
     ])
     .unwrap();
     assert_eq!(s.jwks.as_deref(), Some(jwks.1));
+    let over = |url: &'static str| {
+        with(&[
+            ("SECKILL_JWKS", url),
+            ("SECKILL_JWT_ISSUER", "https://id.example"),
+            ("SECKILL_JWT_AUDIENCE", "seckill"),
+        ])
+    };
+    assert!(over("http://id.example/jwks.json").is_err(), "plain http off loopback");
+    assert!(over("http://127.0.0.1:8081/jwks.json").is_ok());
+    assert!(over("http://localhost/jwks.json").is_ok());
+    assert!(over("/etc/seckill/jwks.json").is_ok(), "a file");
 }

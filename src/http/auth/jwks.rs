@@ -13,12 +13,16 @@ use super::hs256::Refusal;
 use anyhow::{bail, Context, Result};
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
+use sha2::Digest;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// How often the set is fetched again.
 pub const REFRESH: Duration = Duration::from_secs(300);
+/// Largest JWKS read (a real one is a few kB).
+pub const MAX_JWKS_BYTES: usize = 1 << 20;
+
 /// Soonest a fetch follows another when a token names an unknown key id, and the
 /// retry interval until a first fetch succeeds.
 pub const MISS_REFRESH: Duration = Duration::from_secs(5);
@@ -52,6 +56,12 @@ pub struct Jwks {
     /// A token named a key id the set does not hold.
     missed: tokio::sync::Notify,
     http: reqwest::Client,
+    /// Bumped each time a fetch finds a set other than the last one (the
+    /// verified-token memory is forgotten then: a key withdrawn takes its
+    /// tokens with it).
+    generation: std::sync::atomic::AtomicU64,
+    /// SHA-256 of the last set read.
+    last: std::sync::Mutex<Option<[u8; 32]>>,
 }
 
 impl Jwks {
@@ -71,7 +81,21 @@ impl Jwks {
                 .timeout(timeout)
                 .build()
                 .expect("an HTTP client with rustls"),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            last: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Which set the keys are: changes whenever a fetch finds another one.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A token's signature did not match the key its `kid` names: the provider
+    /// may have rotated that key under the same id, so fetch again soon (as for
+    /// an unknown `kid`, at most every [`MISS_REFRESH`]).
+    pub fn suspect(&self) {
+        self.missed.notify_one();
     }
 
     /// Reads the set from its source and, if it holds at least one usable key,
@@ -82,7 +106,7 @@ impl Jwks {
                 .await
                 .with_context(|| format!("reading the JWKS file {}", path.display()))?,
             Source::Url(url) => {
-                let resp = self
+                let mut resp = self
                     .http
                     .get(url)
                     .send()
@@ -91,12 +115,26 @@ impl Jwks {
                 if !resp.status().is_success() {
                     bail!("fetching {url}: {}", resp.status());
                 }
-                resp.bytes().await.with_context(|| format!("reading {url}"))?.to_vec()
+                let mut body = Vec::new();
+                while let Some(chunk) = resp.chunk().await.with_context(|| format!("reading {url}"))? {
+                    body.extend_from_slice(&chunk);
+                    if body.len() > MAX_JWKS_BYTES {
+                        bail!("{url}: a JWKS larger than {MAX_JWKS_BYTES} bytes");
+                    }
+                }
+                body
             }
         };
         let keys = parse(&body)?;
         let n = keys.len();
-        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(keys));
+        let digest: [u8; 32] = sha2::Sha256::digest(&body).into();
+        let mut keys_now = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != Some(digest) {
+            *last = Some(digest);
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        *keys_now = Some(Arc::new(keys));
         Ok(n)
     }
 

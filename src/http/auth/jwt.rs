@@ -126,6 +126,8 @@ pub struct JwtKeys {
     any_role: HsKey,
     shoppers: Option<HsKey>,
     jwks: Option<Arc<Jwks>>,
+    /// The JWKS generation the verified-token memory holds tokens of.
+    jwks_generation: std::sync::atomic::AtomicU64,
     policy: TokenPolicy,
     /// Tokens verified lately (see [`recent`]).
     pub(super) recent: RecentTokens,
@@ -154,12 +156,10 @@ impl JwtKeys {
     pub fn configured(s: &crate::config::Settings, jwks: Option<Arc<Jwks>>) -> Self {
         let jwt = s.jwt_secret.expose();
         let admin = s.admin_jwt_secret.as_ref().map(|a| a.expose()).filter(|a| *a != jwt);
-        Self::with_keys(
-            admin.unwrap_or(jwt),
-            admin.map(|_| jwt),
-            jwks,
-            TokenPolicy::from_settings(s),
-        )
+        // With an identity provider, HS256 tokens are the admin key's only (also
+        // when minted by `seckill token`, which reads no JWKS).
+        let shoppers = admin.filter(|_| s.jwks.is_none()).map(|_| jwt);
+        Self::with_keys(admin.unwrap_or(jwt), shoppers, jwks, TokenPolicy::from_settings(s))
     }
 
     pub fn with_policy(secret: &str, policy: TokenPolicy) -> Self {
@@ -172,6 +172,7 @@ impl JwtKeys {
         Self {
             any_role: HsKey::new(any_role),
             shoppers: shoppers.filter(|_| jwks.is_none()).map(HsKey::new),
+            jwks_generation: std::sync::atomic::AtomicU64::new(jwks.as_ref().map_or(0, |j| j.generation())),
             jwks,
             policy,
             recent: RecentTokens::new(),
@@ -284,7 +285,11 @@ impl JwtKeys {
                 Err(e) => {
                     use jsonwebtoken::errors::ErrorKind as K;
                     why = match e.kind() {
-                        K::InvalidSignature => "signature does not match",
+                        K::InvalidSignature => {
+                            // The key may have been rotated under the same `kid`.
+                            jwks.suspect();
+                            "signature does not match"
+                        }
                         K::ExpiredSignature => "expired",
                         K::ImmatureSignature => "not valid yet (nbf)",
                         K::InvalidIssuer => "wrong or missing issuer",
@@ -300,6 +305,18 @@ impl JwtKeys {
 
     /// The caller a token names, or 401.
     pub fn verify(&self, token: &str) -> Result<Caller, ApiError> {
+        // A new set of the identity provider's keys: what was verified with the
+        // old one is verified again (a withdrawn key takes its tokens with it).
+        if let Some(jwks) = &self.jwks {
+            let generation = jwks.generation();
+            if self
+                .jwks_generation
+                .swap(generation, std::sync::atomic::Ordering::AcqRel)
+                != generation
+            {
+                self.recent.clear();
+            }
+        }
         // Only tokens that passed every check below are remembered.
         if let Some(c) = self.recent.get(token, unix_now()) {
             return Ok(c);

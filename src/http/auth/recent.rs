@@ -43,6 +43,13 @@ impl RecentTokens {
         shard.get(token).filter(|(_, exp)| *exp >= now).map(|(c, _)| *c)
     }
 
+    /// Forgets every token (the keys they were verified with changed).
+    pub(super) fn clear(&self) {
+        for shard in &self.shards {
+            shard.lock().expect("token cache poisoned").clear();
+        }
+    }
+
     pub(super) fn put(&self, token: &str, caller: Caller, exp: u64) {
         let mut shard = self.shard(token).lock().expect("token cache poisoned");
         if shard.len() >= self.per_shard {
