@@ -71,8 +71,13 @@ pub async fn metrics(req: actix_web::HttpRequest, state: web::Data<AppState>) ->
         .flat_map(|v| v.split(','))
         .any(|coding| {
             let mut parts = coding.split(';').map(str::trim);
-            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip"))
-                && !parts.any(|p| p.replace(' ', "").eq_ignore_ascii_case("q=0"))
+            // `gzip;q=0` (or 0.0, 0.000) refuses it.
+            let refused = |p: &str| {
+                let p = p.replace(' ', "");
+                p.get(..2).is_some_and(|k| k.eq_ignore_ascii_case("q="))
+                    && p[2..].parse::<f64>().is_ok_and(|q| q <= 0.0)
+            };
+            parts.next().is_some_and(|c| c.eq_ignore_ascii_case("gzip")) && !parts.any(refused)
         });
     let mut answer = HttpResponse::Ok();
     answer

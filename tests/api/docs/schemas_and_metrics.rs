@@ -238,6 +238,8 @@ async fn the_metrics_move_during_an_order() {
     for path in ["/api/v1/nope-1", "/api/v1/nope-2", "/elsewhere"] {
         assert_eq!(app.get(path, None).await.0, StatusCode::NOT_FOUND);
     }
+    // The page is rendered at most once a second: the next one counts them.
+    tokio::time::sleep(seckill::metrics::RENDER_EVERY + Duration::from_millis(50)).await;
     let text = app
         .client
         .get(format!("{}/metrics", app.addr))
