@@ -209,6 +209,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         clock_skew,
         readiness: Default::default(),
         jwt,
+        public_stock: Default::default(),
     });
     Ok(Connected {
         state,

@@ -51,4 +51,8 @@ pub struct AppState {
     /// The keys tokens are verified with (and an identity provider's, refreshed by
     /// a background task).
     pub jwt: Arc<super::auth::JwtKeys>,
+    /// Each flash sale's units on sale as `GET /api/v1/vouchers/{id}` shows them:
+    /// read from Redis at most every [`crate::voucher::stock::PUBLIC_REFRESH`] per
+    /// instance, however many browse.
+    pub public_stock: crate::admit::frontier::PerSale<Option<i64>>,
 }

@@ -203,7 +203,16 @@ pub async fn public_get(
     let voucher = cached(&state, id).await?;
     let stock_remaining = if voucher.is_flash_sale() {
         let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
-        Some(stock::stats(&state.redis, &state.keys, id, shards).await?.stock)
+        // A crowd browsing the sale costs Redis a GET per shard this often, per
+        // instance, not per request.
+        let (redis, keys) = (state.redis.clone(), state.keys.clone());
+        let units = state
+            .public_stock
+            .get(id, stock::PUBLIC_REFRESH, || async move {
+                stock::remaining(&redis, &keys, id, shards).await
+            })
+            .await?;
+        Some(units)
     } else {
         None
     };

@@ -78,6 +78,21 @@ pub async fn stats(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> 
     })
 }
 
+/// How old the units on sale that the public voucher view shows may be.
+pub const PUBLIC_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Units on sale now: the sum of the shards' stock (one `GET` a shard; `None`
+/// while Redis has no stock for the sale).
+pub async fn remaining(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<Option<i64>> {
+    let mut conn = redis.conn().await?;
+    let mut pipe = redis::pipe();
+    for k in 0..shards.max(1) {
+        pipe.get(keys.stock_at(voucher_id, k, shards));
+    }
+    let reply: Vec<Option<i64>> = pipe.query_async(&mut conn).await.context("reading the units on sale")?;
+    Ok(reply.into_iter().sum())
+}
+
 /// An event every instance's cache listens to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {

@@ -1,6 +1,7 @@
 //! The public views under hostile or heavy browsing: an id that has no voucher is
 //! remembered (asking again does not reach Postgres) without hiding a voucher
-//! created later, and the shop list is paged with a cursor.
+//! created later, the units on sale a crowd browses are read from Redis once
+//! per refresh, and the shop list is paged with a cursor.
 use crate::helpers::*;
 use reqwest::StatusCode;
 use seckill::app::Mode;
@@ -154,5 +155,49 @@ async fn the_shop_list_is_paged_with_a_cursor() {
     }
     assert_eq!(seen, made, "every voucher once, in id order");
     assert_eq!(pages, 3);
+    app.shutdown().await;
+}
+
+/// `GET /api/v1/vouchers/{id}` of a sale of 8 shards shows its units on sale from
+/// this instance's copy, read from Redis at most every `PUBLIC_REFRESH` (0.5 s):
+/// while Redis does not answer (stopped), twenty browsers at once are all
+/// answered with the units the copy holds (before, each request sent 3 commands a
+/// shard). A try whose copy was renewed under the browsers (a slow machine) is
+/// made again, three times at most; without the copy every try fails.
+#[tokio::test]
+async fn a_crowd_browsing_a_sale_costs_redis_one_read_per_refresh() {
+    use crate::fixtures::{signal, OwnRedis};
+    let ns = Namespace::new().await;
+    let redis = OwnRedis::snapshots_only();
+    let app = TestApp::builder(&ns).env("REDIS_URL", redis.url()).spawn().await;
+    let v = app.sharded_sale(80, 8).await;
+    assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
+    let path = format!("/api/v1/vouchers/{v}");
+    let refresh = seckill::voucher::stock::PUBLIC_REFRESH;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        tokio::time::sleep(refresh).await;
+        let (status, first) = get_within(&app, &path, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{first}");
+        assert_eq!(first["stock_remaining"], 79, "{first}");
+        signal(redis.process(), "STOP");
+        let answers = futures::future::join_all((0..20).map(|_| get_within(&app, &path, Duration::from_secs(2)))).await;
+        signal(redis.process(), "CONT");
+        let answered = answers
+            .iter()
+            .filter(|a| {
+                a.as_ref()
+                    .is_ok_and(|(s, b)| *s == StatusCode::OK && b["stock_remaining"] == 79)
+            })
+            .count();
+        if answered == 20 {
+            break;
+        }
+        assert!(
+            tries < 3,
+            "{answered} of 20 browsers answered from the copy while Redis was stopped"
+        );
+    }
     app.shutdown().await;
 }
