@@ -48,15 +48,20 @@ pub struct Frontier {
 }
 
 /// Moves the frontier of `voucher`'s queue as far as its rate and the stop rule
-/// allow now, and returns it. `units_left`: the sale's stock in Redis now;
-/// `turn_secs`: how long a turn lasts.
-pub async fn advance(
+/// allow now, and returns it. `units_left` reads the sale's stock in Redis now
+/// (called after the live orders are counted: see [`room`]); `turn_secs`: how
+/// long a turn lasts.
+pub async fn advance<F, Fut>(
     pg: &PgPool,
     voucher: i64,
     begin_at: DateTime<Utc>,
-    units_left: i64,
+    units_left: F,
     turn_secs: i64,
-) -> Result<Frontier> {
+) -> Result<Frontier>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<i64>>,
+{
     // Before the start: nothing to move, and no lock (the early joins hold the row
     // in share mode).
     let before: Option<(bool, i32, i64)> = sqlx::query_as(
@@ -114,7 +119,7 @@ pub async fn advance(
     let mut target = (q.admitted + step).min(q.next_place);
     let mut held = false;
     if target > q.admitted {
-        let room = room(&mut tx, voucher, q.admitted, q.clock(), units_left, turn_secs).await?;
+        let room = room(&mut tx, voucher, q.admitted, q.clock(), &units_left, turn_secs).await?;
         if q.admitted + room < target {
             target = q.admitted + room;
             held = true;
@@ -156,15 +161,22 @@ pub async fn advance(
 
 /// How many more shoppers may be admitted: the units left less the admitted
 /// shoppers who may still order (turn not ended, no live order in Postgres).
-/// `clock`: the queue's clock now.
-async fn room(
+/// `clock`: the queue's clock now. The stock is read from Redis after the live
+/// orders are counted: an order Postgres holds took its unit in Redis before,
+/// so the reading after has it, and no order counts both as a unit still on
+/// sale and as a shopper done ordering (which would admit one shopper too many).
+async fn room<F, Fut>(
     tx: &mut PgConnection,
     voucher: i64,
     admitted: i64,
     clock: f64,
-    units_left: i64,
+    units_left: &F,
     turn_secs: i64,
-) -> Result<i64> {
+) -> Result<i64>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<i64>>,
+{
     // Places whose turn has ended: those the frontier had passed a turn ago by
     // the queue's clock (and a margin more: a token is good to the second it
     // names, and the instance that checks it has a clock of its own).
@@ -178,9 +190,11 @@ async fn room(
     .fetch_one(&mut *tx)
     .await?;
     let open = admitted - ended;
-    if open < units_left {
-        // Even if none of them has ordered.
-        return Ok(units_left - open);
+    let before = units_left().await?;
+    if open < before {
+        // Even if none of them has ordered (an order placed since this reading
+        // took a unit and its shopper is among `open`: counted once).
+        return Ok(before - open);
     }
     let ordered: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM queue_places q
@@ -194,7 +208,8 @@ async fn room(
     .bind(admitted)
     .fetch_one(&mut *tx)
     .await?;
-    Ok((units_left - (open - ordered)).max(0))
+    let after = units_left().await?;
+    Ok((after - (open - ordered)).max(0))
 }
 
 /// A place's turn as the queue's clock counts it.

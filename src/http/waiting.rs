@@ -69,7 +69,8 @@ pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &Fla
         .admit
         .frontiers
         .get(id, frontier::REFRESH, || async move {
-            let units = stock::stats(&redis, &keys, id, shards).await?.stock.unwrap_or(0);
+            // Read when the frontier may move, after the live orders are counted.
+            let units = || async { Ok(stock::remaining(&redis, &keys, id, shards).await?.unwrap_or(0)) };
             advance::advance(&pg, id, begin_at, units, i64::from(turn)).await
         })
         .await?)

@@ -2,7 +2,8 @@
 //! - `thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_shuffled`;
 //! - `the_frontier_holds_while_the_admitted_could_take_every_unit`;
 //! - `a_pause_longer_than_a_turn_stops_the_queues_clock`;
-//! - `an_older_binarys_pause_and_moves_keep_the_clock`.
+//! - `an_older_binarys_pause_and_moves_keep_the_clock`;
+//! - `the_frontier_reads_the_stock_after_the_live_orders`.
 use super::*;
 use futures::stream::{self, StreamExt};
 use std::collections::HashMap;
@@ -367,6 +368,66 @@ async fn an_older_binarys_pause_and_moves_keep_the_clock() {
     assert!(
         (paused_secs..paused_secs + 5.0).contains(&behind),
         "the move's clock is unix time less the pauses: {behind} s behind, {paused_secs} s paused"
+    );
+    app.shutdown().await;
+}
+
+/// The frontier's rule reads the stock after it counts the live orders: a
+/// shopper's order stored in Postgres took its unit in Redis before, so a
+/// reading of the stock taken before the count (one unit too many) must not
+/// count that order both as a unit on sale and as a shopper done ordering. Three
+/// units, three admitted, one of them has ordered: with the stock read 3 before
+/// the count and 2 after, the frontier holds; fed 3 both times (what reading it
+/// before the count alone would see), it admits a fourth shopper for two units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_frontier_reads_the_stock_after_the_live_orders() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let begin = now - chrono::Duration::seconds(1);
+    let v = sale_with(
+        &app,
+        3,
+        begin,
+        now + chrono::Duration::hours(1),
+        json!({"admission": "queue", "admit_rate": 1000, "turn_secs": 600}),
+    )
+    .await;
+    for user in 1..=10 {
+        assert_eq!(join(&app, v, user, &[]).await.0, StatusCode::CREATED);
+    }
+    let held = eventually(Duration::from_secs(10), || async {
+        let (_, b) = poll(&app, v, 10, None).await;
+        (b["admitted_upto"] == 3 && b["held"] == true).then_some(())
+    })
+    .await;
+    assert!(held.is_some(), "three admitted, then held");
+    let a = admitted(&app, v, 1).await;
+    let (status, body) = order_with(&app, v, 1, a["admission_token"].as_str()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    wait_stored(&app, v, 1, Duration::from_secs(20), "shopper 1's order").await;
+    // Readings of the stock, in the order the rule asks for them.
+    let fed = |readings: Vec<i64>| {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        move || {
+            let i = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let units = readings[i.min(readings.len() - 1)];
+            async move { Ok::<i64, anyhow::Error>(units) }
+        }
+    };
+    // Past the rate's second, so that the rule is asked.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 2]), 600)
+        .await
+        .unwrap();
+    assert_eq!((f.admitted, f.held), (3, true), "stock read after the count: holds");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 3]), 600)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.admitted, 4,
+        "the stale reading alone admits a fourth shopper for two units"
     );
     app.shutdown().await;
 }
