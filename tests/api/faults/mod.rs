@@ -12,8 +12,11 @@
 //! fails unless, at the instant the fault lands ([`crowd::Landing::lands`], called
 //! by each fault right before the step that lands it), requests were in flight
 //! (sent, not answered) and acknowledged orders were not yet in Postgres: a fault
-//! that lands on an idle system proves nothing. New fault tests use it too;
-//! new shoppers then buy what is left, and orders must have been accepted after
+//! that lands on an idle system proves nothing. A fault test that is not shaped
+//! like a crowd (a fault that lasts while the test probes, a stream it measures)
+//! runs a [`crowd::Steady`] stream of new shoppers instead, whose `lands` makes
+//! the same check. New fault tests use one or the other. After a crowd's fault,
+//! new shoppers buy what is left, and orders must have been accepted after
 //! the fault (a relay or worker that never reconnects leaves them unpersisted).
 //! Then: drain, and check that every acknowledged order is persisted (none lost;
 //! when Redis loses the outbox, none but the orders that were in it), none is in
