@@ -133,15 +133,7 @@ async fn a_master_that_does_not_answer_stops_only_its_own_sales() {
     // acknowledged orders on their way to Postgres meet it. The stream ends
     // before the probes (its requests to the stopped master answer 503 once their
     // Redis calls time out), so that each probe meets the broken connection alone.
-    let stream = Steady::start(
-        &app.addr,
-        &app.jwt,
-        app.pg(),
-        stopped,
-        50_000,
-        4,
-        Duration::from_millis(2),
-    );
+    let stream = stream_of(&app, stopped);
     stream.lands().await;
     for port in std::iter::once(master).chain(replicas.iter().copied()) {
         cluster.signal(port, "STOP");
@@ -229,15 +221,7 @@ async fn a_failover_while_a_master_does_not_answer_is_noticed() {
     let ((stopped, master), healthy) = two_sales(&app, &cluster, &ns.keys()).await;
     let replica = cluster.replicas_of(master)[0];
     let repairs = repairs_of(&app, stopped).await;
-    let stream = Steady::start(
-        &app.addr,
-        &app.jwt,
-        app.pg(),
-        stopped,
-        50_000,
-        4,
-        Duration::from_millis(2),
-    );
+    let stream = stream_of(&app, stopped);
     stream.lands().await;
     cluster.signal(master, "STOP");
     cluster.signal(replica, "STOP");
@@ -276,6 +260,19 @@ async fn a_failover_while_a_master_does_not_answer_is_noticed() {
     }
     assert_balanced(&app, stopped).await;
     assert_balanced(&app, healthy).await;
+}
+
+/// New shoppers of `voucher` ordering in four lanes, for a fault to land on.
+fn stream_of(app: &TestApp, voucher: i64) -> Steady {
+    Steady::start(
+        &app.addr,
+        &app.jwt,
+        app.pg(),
+        voucher,
+        50_000,
+        4,
+        Duration::from_millis(2),
+    )
 }
 
 /// Until `n` orders of `voucher` are persisted (30 s at most).

@@ -415,13 +415,14 @@ async fn the_frontier_reads_the_stock_after_the_live_orders() {
             async move { Ok::<i64, anyhow::Error>(units) }
         }
     };
-    // Past the rate's second, so that the rule is asked.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // (A few milliseconds since the last move: at 1000 a second some shoppers are
+    // due, so that the rule is asked.)
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 2]), 600)
         .await
         .unwrap();
     assert_eq!((f.admitted, f.held), (3, true), "stock read after the count: holds");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 3]), 600)
         .await
         .unwrap();

@@ -208,11 +208,7 @@ impl Steady {
     ) -> Self {
         let landing = Landing::new(pg, voucher);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
+        let client = shoppers_client();
         let url = format!("{base}/api/v1/vouchers/{voucher}/orders");
         let lanes = (0..lanes)
             .map(|lane| {
@@ -317,12 +313,7 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     use futures::StreamExt;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        // Not reused once idle 2 s: actix closes a connection idle for 5 s.
-        .pool_idle_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let client = shoppers_client();
     let url = format!("{base}/api/v1/vouchers/{voucher}/orders");
     let tokens: Vec<(i64, String)> = shoppers
         .map(|u| (u, jwt.mint(u, seckill::http::auth::Role::Shopper, 600)))
@@ -425,6 +416,16 @@ where
         tally.answers.push((user, status));
     }
     tally
+}
+
+/// The HTTP client of a crowd's or a stream's shoppers.
+fn shoppers_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        // Not reused once idle 2 s: actix closes a connection idle for 5 s.
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
 }
 
 /// One order of the shopper whose token is `token`: its status (0: no answer)
