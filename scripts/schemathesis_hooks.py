@@ -61,9 +61,11 @@ def _unique_key(case):
 
 
 def _raffle_draw(body):
-    """A raffle with valid times gets a draw a minute from now, before its end."""
+    """A raffle with valid times gets a draw a minute from now, before its end,
+    and the default beacon (quicknet): a generated public key is no curve point."""
     if body.get("admission") != "raffle":
         return
+    body.pop("beacon", None)
     begin, end = _time(body.get("begin_at")), _time(body.get("end_at"))
     if begin is None or end is None:
         return

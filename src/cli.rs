@@ -1,4 +1,5 @@
-//! The command line (CONTRACT.md): `all`, `serve`, `worker`, `migrate`, `token`
+//! The command line (CONTRACT.md): `all`, `serve`, `worker`, `migrate`, `token`,
+//! `outbox-formats`, `raffle verify`
 //! (the load generator is the `seckill-bench` crate in `bench/`).
 use crate::app::{self, Application, Mode};
 use crate::config::Settings;
@@ -42,6 +43,24 @@ pub enum Command {
     OutboxFormats {
         #[command(subcommand)]
         action: Option<FormatAction>,
+    },
+    /// A raffle's draw, checked from outside.
+    Raffle {
+        #[command(subcommand)]
+        action: RaffleAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RaffleAction {
+    /// Recomputes a raffle's draw from the public endpoints alone (its summary and
+    /// entries) and says whether the published winners match the rule: exit 0 if
+    /// they do, 1 if not.
+    Verify {
+        voucher: i64,
+        /// The API's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
     },
 }
 
@@ -104,6 +123,16 @@ pub fn run(cli: Cli) -> Result<()> {
         }
         return Ok(());
     }
+    if let Command::Raffle {
+        action: RaffleAction::Verify { voucher, url },
+    } = &cli.command
+    {
+        // Public endpoints only: no settings, no secret, no database.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let verified = runtime.block_on(crate::admit::verify::verify(url, *voucher))?;
+        println!("raffle {voucher}: {verified}");
+        return Ok(());
+    }
     crate::telemetry::init();
     let settings = Settings::from_env()?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
@@ -123,7 +152,7 @@ pub fn run(cli: Cli) -> Result<()> {
                 println!("migrations applied");
                 return Ok(());
             }
-            Command::Token { .. } => unreachable!("handled above"),
+            Command::Token { .. } | Command::Raffle { .. } => unreachable!("handled above"),
             Command::OutboxFormats { action } => {
                 let pg = app::pg_pool(&settings)?;
                 return outbox_formats(&pg, action.unwrap_or(FormatAction::List)).await;

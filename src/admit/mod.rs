@@ -8,12 +8,14 @@
 //! the order path stays one Redis round trip. Joining or entering may cost a proof
 //! of work ([`pow`], the ALTCHA challenge format).
 //!
-//! Places, entries and draws are in Postgres ([`queue`], [`raffle`]): durable,
+//! Places, entries and draws are in Postgres ([`queue`], [`raffle`], [`draw`]): durable,
 //! and decided in transactions, so that a crash of an instance loses no place and
 //! no win and a draw run twice draws the same winners. The queue's frontier is
 //! cached per instance ([`frontier`]), so that polling a place costs no query.
 //! Nothing here imports the HTTP layer or the voucher module.
 pub mod advance;
+pub mod beacon;
+pub mod draw;
 pub mod frontier;
 pub mod mode;
 pub mod pow;
@@ -22,6 +24,7 @@ pub mod raffle;
 pub mod rule;
 pub mod signing;
 pub mod token;
+pub mod verify;
 
 pub use mode::Mode;
 

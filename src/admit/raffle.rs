@@ -1,27 +1,25 @@
-//! The raffle of a `raffle` sale, in Postgres, and its published rule.
+//! The raffle of a `raffle` sale, in Postgres: its creation, entries and what
+//! anyone may read of it. The close and the draw run in the background
+//! ([`super::draw`]); nothing here waits on them.
 //!
-//! **Commitment.** At the sale's creation a 32-byte random seed is drawn and kept
-//! secret; its SHA-256 (`commitment`) is public from then on, before any entry.
+//! **Commitment.** At the sale's creation a 32-byte random seed is drawn; its
+//! SHA-256 (`commitment`) is public from then on, and so is the beacon round the
+//! draw will use ([`super::beacon`]), published after `draw_at`.
 //!
 //! **Entries.** Until `draw_at` (Postgres's clock) a shopper may enter once. The
 //! API shows an entry as `hex(HMAC-SHA256(key, "<voucher id>:<user id>"))`
 //! ([`entry_of`], the key the service's own): a shopper finds their own in
 //! `raffle/me`, and nobody can tell whose the others are. Entering holds the
-//! raffle's row in share mode while it checks the clock, and the draw holds it
-//! exclusively: no entry can land after the draw read them.
+//! raffle's row in share mode (without waiting) while it checks the clock, and
+//! the close holds it exclusively: no entry can land after the close read them.
 //!
-//! **The draw**, the first time anyone asks after `draw_at`: it reveals the
-//! seed and the hash of the final entry list ([`super::rule::list_hash`]); each entry's score
-//! is `hex(SHA-256(seed_hex + ":" + list_hash + ":" + entry))` ([`super::rule::score_of`]);
-//! the entries sorted by score (then by entry) win in that order, as many as the
-//! sale's stock ([`winners`]). The list's hash in every score means that even
-//! whoever knew the seed early could not tell whether an entry wins before the
-//! list is closed. Anyone can check that SHA-256 of the seed is the commitment and
-//! recompute the winners from the seed and the published entries. The draw is
-//! one transaction, with no statement timeout (a large raffle must not be cut
-//! short and retried forever): a crash during it leaves no trace, and drawing
-//! again draws the same winners.
-use super::rule::{entry_of, winners, RULE};
+//! **Close and draw** ([`super::draw`]): after `draw_at` the entry list, its hash
+//! and the number of winners are fixed; once the beacon round's signature is in
+//! (anyone may submit it), the winners follow by [`super::rule::RULE`]. Knowing
+//! the seed, or the raffle key, tells nobody who wins: the beacon's randomness is
+//! part of every score and is published after the entries closed.
+use super::beacon::{Beacon, Chain};
+use super::rule::{entry_of, RULE, RULE_WITHOUT_BEACON};
 use super::signing::sha256_hex;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -29,17 +27,24 @@ use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row};
 use utoipa::ToSchema;
 
-/// Creates the raffle of a new sale (in its transaction): its secret seed and the
-/// commitment to it.
-pub async fn create(tx: &mut PgConnection, voucher: i64) -> Result<String, sqlx::Error> {
+/// Creates the raffle of a new sale (in its transaction): its secret seed, the
+/// commitment to it and the beacon round it will draw with.
+pub async fn create(tx: &mut PgConnection, voucher: i64, beacon: &Beacon) -> Result<String, sqlx::Error> {
     let seed: [u8; 32] = rand::random();
     let commitment = sha256_hex(&seed);
-    sqlx::query("INSERT INTO raffles (voucher_id, seed, commitment) VALUES ($1, $2, $3)")
-        .bind(voucher)
-        .bind(seed.as_slice())
-        .bind(&commitment)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO raffles (voucher_id, seed, commitment, beacon_key, beacon_genesis, beacon_period, beacon_round)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(voucher)
+    .bind(seed.as_slice())
+    .bind(&commitment)
+    .bind(&beacon.chain.public_key)
+    .bind(beacon.chain.genesis_time)
+    .bind(beacon.chain.period)
+    .bind(beacon.round)
+    .execute(&mut *tx)
+    .await?;
     Ok(commitment)
 }
 
@@ -74,15 +79,27 @@ fn retryable(e: &sqlx::Error) -> bool {
 async fn try_enter(pg: &PgPool, voucher: i64, user: i64, entry: &str) -> Result<Entered, sqlx::Error> {
     let entry = entry.to_owned();
     let mut tx = pg.begin().await?;
-    let open: bool = sqlx::query_scalar(
-        "SELECT r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
+    // Without waiting: only the close and the draw hold the row exclusively, and
+    // both run past draw_at, when entries are closed.
+    let open: bool = match sqlx::query_scalar(
+        "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
-          WHERE r.voucher_id = $1 FOR SHARE OF r",
+          WHERE r.voucher_id = $1 FOR SHARE OF r NOWAIT",
     )
     .bind(voucher)
     .fetch_optional(&mut *tx)
-    .await?
-    .ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its raffle row".into()))?;
+    .await
+    {
+        Ok(open) => open.ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its raffle row".into()))?,
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
+            drop(tx);
+            return Ok(match entry_of_user(pg, voucher, user).await? {
+                Some(e) => Entered::Already(e),
+                None => Entered::Closed,
+            });
+        }
+        Err(e) => return Err(e),
+    };
     let had: Option<String> =
         sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
             .bind(voucher)
@@ -120,122 +137,115 @@ async fn try_enter(pg: &PgPool, voucher: i64, user: i64, entry: &str) -> Result<
 /// The raffle, as anyone may see it.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct Summary {
+    /// `open` (entries until `draw_at`), `closing` (past `draw_at`, the list not
+    /// yet fixed), `awaiting_beacon` (the list and the number of winners fixed; the
+    /// beacon round's signature not yet submitted: anyone may, at `POST
+    /// .../raffle/beacon`), `drawing`, `drawn`.
+    pub status: &'static str,
     /// hex SHA-256 of the seed, public from the sale's creation.
     pub commitment: String,
     pub draw_at: DateTime<Utc>,
     /// The seed in lower-case hex, once drawn (null before).
     pub seed: Option<String>,
+    /// When the entries were closed and the list below fixed (null before).
+    pub closed_at: Option<DateTime<Utc>>,
     pub drawn_at: Option<DateTime<Utc>>,
+    /// Entries so far; from the close, the entries of the list.
     pub entries: i64,
-    /// The hash of the entry list the draw closed (null before the draw).
+    /// The hash of the entry list, fixed at the close (null before).
     pub list_hash: Option<String>,
-    /// How many won (null before the draw).
+    /// How many win: min(the sale's total stock at `draw_at`, entries), fixed at
+    /// the close (null before).
     pub winners: Option<i32>,
+    /// The beacon round the draw uses, named at the sale's creation (null for a
+    /// raffle drawn before beacons, by the seed alone).
+    pub beacon: Option<Beacon>,
+    /// Whether `beacon` is the League of Entropy's quicknet chain.
+    pub beacon_is_quicknet: Option<bool>,
+    /// The round's signature and its randomness (hex), once submitted and verified.
+    pub signature: Option<String>,
+    pub randomness: Option<String>,
     /// How to recompute the winners.
     pub rule: &'static str,
 }
 
 /// How old a raffle's summary may be when `GET .../raffle` answers with it: a
-/// crowd reading the raffle costs Postgres a query (and a count of the entries)
-/// per sale and instance this often, not per request.
+/// crowd reading the raffle costs Postgres a query (and a count of the entries,
+/// until the close) per sale and instance this often, not per request.
 pub const SUMMARY_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The raffle's public state, drawing it first if `draw_at` has passed.
+/// The raffle's public state. Reads only: the close and the draw happen in the
+/// background ([`super::draw`]).
 pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
-    draw(pg, voucher).await?;
     let r = sqlx::query(
         "SELECT r.commitment, s.draw_at, CASE WHEN r.drawn_at IS NOT NULL THEN r.seed END AS seed, r.drawn_at,
-                r.winners, r.list_hash,
+                r.closed_at, r.winners, r.list_hash, clock_timestamp() >= s.draw_at AS due,
                 coalesce(r.entries::bigint,
-                         (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id)) AS entries
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
+                         (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id)) AS entries,
+                r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, b.signature, b.randomness
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+           LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
+          WHERE r.voucher_id = $1",
     )
     .bind(voucher)
     .fetch_optional(pg)
     .await?
     .context("a raffle sale without its raffle row")?;
+    let beacon = match (
+        r.try_get::<Option<String>, _>("beacon_key")?,
+        r.try_get::<Option<i64>, _>("beacon_genesis")?,
+        r.try_get::<Option<i32>, _>("beacon_period")?,
+        r.try_get::<Option<i64>, _>("beacon_round")?,
+    ) {
+        (Some(public_key), Some(genesis_time), Some(period), Some(round)) => Some(Beacon::new(
+            Chain {
+                public_key,
+                genesis_time,
+                period,
+            },
+            round,
+        )),
+        _ => None,
+    };
+    let drawn_at: Option<DateTime<Utc>> = r.try_get("drawn_at")?;
+    let closed_at: Option<DateTime<Utc>> = r.try_get("closed_at")?;
+    let signature: Option<String> = r.try_get("signature")?;
+    let status = match (drawn_at, closed_at, &signature) {
+        (Some(_), _, _) => "drawn",
+        (None, Some(_), Some(_)) => "drawing",
+        (None, Some(_), None) => "awaiting_beacon",
+        (None, None, _) if r.try_get::<bool, _>("due")? => "closing",
+        (None, None, _) => "open",
+    };
     Ok(Summary {
+        status,
         commitment: r.try_get("commitment")?,
         draw_at: r.try_get("draw_at")?,
         seed: r.try_get::<Option<Vec<u8>>, _>("seed")?.map(hex::encode),
-        drawn_at: r.try_get("drawn_at")?,
+        closed_at,
+        drawn_at,
         entries: r.try_get("entries")?,
         list_hash: r.try_get("list_hash")?,
         winners: r.try_get("winners")?,
-        rule: RULE,
+        beacon_is_quicknet: beacon.as_ref().map(|b| b.chain.is_quicknet()),
+        rule: if beacon.is_some() { RULE } else { RULE_WITHOUT_BEACON },
+        beacon,
+        signature,
+        randomness: r.try_get("randomness")?,
     })
 }
 
-/// Draws the raffle if `draw_at` has passed and nobody has: true if it is drawn
-/// (now or before).
-pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
-    // Cheap first: drawn already, or not due.
-    let due: Option<(bool, bool)> = sqlx::query_as(
-        "SELECT r.drawn_at IS NOT NULL, clock_timestamp() >= s.draw_at
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
-    )
-    .bind(voucher)
-    .fetch_optional(pg)
-    .await?;
-    match due {
-        None => anyhow::bail!("a raffle sale without its raffle row"),
-        Some((true, _)) => return Ok(true),
-        Some((false, false)) => return Ok(false),
-        Some((false, true)) => {}
-    }
-    let mut tx = pg.begin().await?;
-    sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
-    let r = sqlx::query(
-        "SELECT r.seed, r.drawn_at, s.total_stock, clock_timestamp() >= s.draw_at AS due
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
-          WHERE r.voucher_id = $1 FOR UPDATE OF r",
-    )
-    .bind(voucher)
-    .fetch_one(&mut *tx)
-    .await?;
-    if r.try_get::<Option<DateTime<Utc>>, _>("drawn_at")?.is_some() {
-        return Ok(true);
-    }
-    if !r.try_get::<bool, _>("due")? {
-        return Ok(false);
-    }
-    let seed_hex = hex::encode(r.try_get::<Vec<u8>, _>("seed")?);
-    let stock: i32 = r.try_get("total_stock")?;
-    let entries: Vec<String> = sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1")
+/// A shopper's entry, if any.
+async fn entry_of_user(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT entry FROM raffle_entries WHERE voucher_id = $1 AND user_id = $2")
         .bind(voucher)
-        .fetch_all(&mut *tx)
-        .await?;
-    let count = entries.len();
-    // Hashing and sorting a large list is CPU work: off the async workers.
-    let (won, list) = tokio::task::spawn_blocking(move || winners(&seed_hex, &entries, stock.max(0) as usize)).await?;
-    sqlx::query("UPDATE raffle_entries SET won = true WHERE voucher_id = $1 AND entry = ANY($2)")
-        .bind(voucher)
-        .bind(&won)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "UPDATE raffles SET drawn_at = clock_timestamp(), winners = $2, entries = $3, list_hash = $4
-          WHERE voucher_id = $1",
-    )
-    .bind(voucher)
-    .bind(won.len() as i32)
-    .bind(count as i32)
-    .bind(&list)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    tracing::info!(
-        voucher_id = voucher,
-        entries = count,
-        winners = won.len(),
-        "raffle drawn"
-    );
-    Ok(true)
+        .bind(user)
+        .fetch_optional(pg)
+        .await
 }
 
 /// A shopper's entry: (entry, won: None before the draw).
 pub async fn mine(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<(String, Option<bool>)>> {
-    draw(pg, voucher).await?;
     Ok(sqlx::query_as(
         "SELECT e.entry, CASE WHEN r.drawn_at IS NULL THEN NULL ELSE coalesce(e.won, false) END AS won
                FROM raffle_entries e JOIN raffles r ON r.voucher_id = e.voucher_id

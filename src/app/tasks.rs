@@ -117,6 +117,32 @@ pub fn spawn_all(
             }
         });
     }
+    if mode.serves_http() {
+        // Raffles past draw_at are closed, and drawn once their beacon round is in,
+        // here and never in a request (every instance tries; one does each).
+        let (pg, stop) = (state.background_pg.clone(), stop.clone());
+        let relay = state.settings.beacon_url.clone();
+        let timeout = state.settings.dependency_timeout;
+        tasks.spawn("raffle draws", async move {
+            let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
+            let mut every = tokio::time::interval(crate::admit::raffle::SUMMARY_REFRESH);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = every.tick() => {}
+                }
+                if let Err(e) = crate::admit::draw::settle_due(&pg).await {
+                    tracing::debug!(error = ?e, "raffles not settled this tick");
+                }
+                if let Some(relay) = &relay {
+                    if let Err(e) = crate::admit::draw::fetch_due(&pg, &http, relay).await {
+                        tracing::debug!(error = ?e, "beacon rounds not fetched this tick");
+                    }
+                }
+            }
+        });
+    }
     {
         let (admission, stop) = (state.admission.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {

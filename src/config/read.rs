@@ -64,6 +64,7 @@ impl Settings {
             admin_jwt_secret: secret(&var, "SECKILL_ADMIN_JWT_SECRET")?,
             admission_secret: secret(&var, "SECKILL_ADMISSION_SECRET")?,
             jwks: var("SECKILL_JWKS"),
+            beacon_url: var("SECKILL_BEACON_URL"),
             time_zone,
             payment_window: Duration::from_secs(num(&var, "SECKILL_PAYMENT_WINDOW_SECS", 900, 1, 30 * 86_400)?),
             rate_limit_per_user: num(&var, "SECKILL_RATE_LIMIT_PER_USER", 5, 0, 1_000_000)? as u32,

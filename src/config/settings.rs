@@ -40,6 +40,10 @@ pub struct Settings {
     /// An identity provider's JWKS, a URL or a file (`SECKILL_JWKS`): shopper tokens
     /// are signed by its keys.
     pub jwks: Option<String>,
+    /// A drand HTTP relay of raffles' beacon chain (`SECKILL_BEACON_URL`, e.g.
+    /// `https://api.drand.sh/<chain hash>`): rounds due are fetched from it. Unset:
+    /// a raffle waits for anyone to submit its round.
+    pub beacon_url: Option<String>,
     pub time_zone: Tz,
     pub payment_window: Duration,
     pub rate_limit_per_user: u32,

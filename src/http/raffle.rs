@@ -4,15 +4,17 @@ use super::auth::Shopper;
 use super::challenge::{proof_of_work, sale};
 use super::error::ErrorBody;
 use super::path::path_id;
-use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::ApiError;
 use super::AppState;
+use crate::admit::draw::{self, Submitted};
 use crate::admit::raffle::{self, Entered, PublicEntry, Summary};
 use crate::admit::Mode;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 /// How long a winner's admission token lasts (a poll gives a new one).
@@ -24,7 +26,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/vouchers/{id}/raffle", web::get().to(raffle_summary))
         .route("/vouchers/{id}/raffle/entries", web::post().to(enter_raffle))
         .route("/vouchers/{id}/raffle/entries", web::get().to(raffle_entries))
-        .route("/vouchers/{id}/raffle/me", web::get().to(raffle_me));
+        .route("/vouchers/{id}/raffle/me", web::get().to(raffle_me))
+        .route("/vouchers/{id}/raffle/beacon", web::post().to(submit_beacon));
 }
 
 fn closed() -> ApiError {
@@ -235,10 +238,103 @@ pub async fn raffle_entries(
         Some(_) => return Err(ApiError::validation("won", "must be true or false")),
     };
     raffle_sale(&state, id).await?;
-    raffle::draw(&state.pg, id).await?;
     let items = raffle::entries(&state.pg, id, after, limit, won).await?;
     let next_after = (items.len() as i64 == limit)
         .then(|| items.last().map(|e| e.entry.clone()))
         .flatten();
     Ok(web::Json(EntryPage { items, next_after }))
+}
+
+/// A beacon round's signature, as drand publishes it.
+#[derive(Clone, Debug, ToSchema)]
+pub struct BeaconRound {
+    /// The round the sale named (its summary's `beacon.round`).
+    #[schema(minimum = 1)]
+    pub round: i64,
+    /// The round's BLS signature in hex (drand's `signature`).
+    #[schema(pattern = "^[0-9a-fA-F]{96}$")]
+    pub signature: String,
+}
+
+impl BeaconRound {
+    fn parse(body: &Value) -> Result<Self, ApiError> {
+        let field = |name: &str| {
+            body.get(name)
+                .filter(|v| !v.is_null())
+                .ok_or_else(|| ApiError::validation(name, "is required"))
+        };
+        let round = crate::validate::whole(field("round")?, "round", 1, i64::MAX)?;
+        let signature = crate::validate::string(field("signature")?, "signature")?;
+        if signature.len() != 96 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ApiError::validation(
+                "signature",
+                "must be 96 hex digits (a compressed G1 point)",
+            ));
+        }
+        Ok(Self {
+            round,
+            signature: signature.to_owned(),
+        })
+    }
+}
+
+#[utoipa::path(post, path = "/api/v1/vouchers/{id}/raffle/beacon", tag = "admission",
+    params(("id" = i64, Path, minimum = 1, description = "voucher id")),
+    request_body = BeaconRound,
+    responses((status = 202, description = "the signature verifies against the sale's chain: the draw follows in \
+            the background (poll `GET .../raffle` for `drawn`)", body = Summary),
+        BadRequest,
+        VoucherNotFound,
+        (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle; raffle_open: before \
+            draw_at; beacon_round_mismatch: not the round the sale named; no_beacon: a raffle drawn before beacons"),
+        BodyRefused,
+        (status = 422, body = ErrorBody, description = "beacon_invalid: not the chain's signature of the round"),
+        RateLimited, Unavailable))]
+#[tracing::instrument(skip_all, fields(voucher_id = %path))]
+pub async fn submit_beacon(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<Value>,
+) -> Result<HttpResponse, ApiError> {
+    let id = path_id(&path)?;
+    let given = BeaconRound::parse(&body)?;
+    raffle_sale(&state, id).await?;
+    match draw::submit(&state.pg, id, given.round, &given.signature).await? {
+        Submitted::Accepted => {}
+        Submitted::Open => {
+            return Err(ApiError::conflict(
+                "raffle_open",
+                "entries are open until draw_at: the beacon comes after",
+            ))
+        }
+        Submitted::WrongRound(round) => {
+            return Err(ApiError::conflict(
+                "beacon_round_mismatch",
+                format!("this raffle draws with round {round}, named at its creation"),
+            ))
+        }
+        Submitted::BadSignature => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "beacon_invalid",
+                "not the chain's signature of this round",
+            ))
+        }
+        Submitted::WithoutBeacon => {
+            return Err(ApiError::conflict(
+                "no_beacon",
+                "this raffle was drawn before beacons, by its seed alone",
+            ))
+        }
+    }
+    // The draw runs apart from this request (and from every other): one instance
+    // does it, the others skip it.
+    let pg = state.background_pg.clone();
+    tokio::spawn(async move {
+        if let Err(e) = draw::settle(&pg, id).await {
+            tracing::warn!(voucher_id = id, error = ?e, "raffle not drawn after its beacon; the next tick tries again");
+        }
+    });
+    let summary = raffle::summary(&state.pg, id).await?;
+    Ok(HttpResponse::Accepted().json(summary))
 }

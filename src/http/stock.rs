@@ -35,7 +35,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses((status = 200, description = "the voucher, its sale's numbers and the top-up (final: retry only with the same Idempotency-Key)", body = ToppedUp),
         BadRequest, Unauthorized, Forbidden, VoucherNotFound,
         (status = 409, body = ErrorBody,
-            description = "not_a_flash_sale; stock_limit_exceeded: the voucher's stock plus `add` would exceed 100,000,000"),
+            description = "not_a_flash_sale; stock_limit_exceeded: the voucher's stock plus `add` would exceed 100,000,000; \
+                raffle_closed: a raffle past its draw_at (its winners are as many as its stock then)"),
         BodyRefused,
         (status = 422, body = ErrorBody, description = "idempotency_key_reused: the Idempotency-Key was sent before with another request"),
         RateLimited, Unavailable))]
@@ -80,6 +81,13 @@ pub async fn add_stock(
     let top_up = match topup::record(&mut tx, id, add).await? {
         Ok(top_up) => top_up,
         Err(NotRecorded::NotAFlashSale) => return Err(not_a_flash_sale()),
+        // Its winners are as many as its stock when the entries closed.
+        Err(NotRecorded::RaffleClosed) => {
+            return Err(ApiError::conflict(
+                "raffle_closed",
+                "a raffle's stock is fixed when its entries close (draw_at)",
+            ))
+        }
         // A valid `add` that the voucher's stock leaves no room for: a conflict with
         // the voucher's state, not a malformed request.
         Err(NotRecorded::OverLimit) => {

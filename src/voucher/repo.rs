@@ -86,7 +86,11 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
             Mode::FirstCome => {}
             Mode::Queue => crate::admit::queue::create(tx, id, f.admit_rate.unwrap_or(1)).await?,
             Mode::Raffle => {
-                crate::admit::raffle::create(tx, id).await?;
+                let beacon = v
+                    .beacon
+                    .as_ref()
+                    .ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its beacon".into()))?;
+                crate::admit::raffle::create(tx, id, beacon).await?;
             }
         }
     }
@@ -183,6 +187,8 @@ pub enum Added {
     NotAFlashSale,
     /// The total stock would pass [`MAX_STOCK`]: nothing added.
     OverLimit,
+    /// A raffle past its `draw_at`: its number of winners is fixed (nothing added).
+    RaffleClosed,
 }
 
 /// Adds `n` units to a flash sale in Postgres, unless its total would pass
@@ -194,7 +200,8 @@ pub enum Added {
 pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<Added, sqlx::Error> {
     let done = sqlx::query(
         "UPDATE seckill_vouchers SET stock = stock + $2, total_stock = total_stock + $2
-          WHERE voucher_id = $1 AND total_stock::bigint + $2 <= $3",
+          WHERE voucher_id = $1 AND total_stock::bigint + $2 <= $3
+            AND NOT (admission = 'raffle' AND draw_at IS NOT NULL AND clock_timestamp() >= draw_at)",
     )
     .bind(id)
     .bind(n)
@@ -202,12 +209,16 @@ pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<A
     .execute(&mut *tx)
     .await?;
     if done.rows_affected() == 0 {
-        let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM seckill_vouchers WHERE voucher_id = $1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        return Ok(match exists {
-            Some(_) => Added::OverLimit,
+        let closed: Option<bool> = sqlx::query_scalar(
+            "SELECT admission = 'raffle' AND draw_at IS NOT NULL AND clock_timestamp() >= draw_at
+               FROM seckill_vouchers WHERE voucher_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        return Ok(match closed {
+            Some(true) => Added::RaffleClosed,
+            Some(false) => Added::OverLimit,
             None => Added::NotAFlashSale,
         });
     }

@@ -48,6 +48,8 @@ pub enum NotRecorded {
     NotAFlashSale,
     #[error("the total stock would exceed {}", crate::voucher::model::MAX_STOCK)]
     OverLimit,
+    #[error("a raffle's stock is fixed at its draw_at")]
+    RaffleClosed,
 }
 
 /// The Postgres half, in the caller's transaction: stock and total_stock + `units`
@@ -62,6 +64,7 @@ pub async fn record(
         repo::Added::Added => {}
         repo::Added::NotAFlashSale => return Ok(Err(NotRecorded::NotAFlashSale)),
         repo::Added::OverLimit => return Ok(Err(NotRecorded::OverLimit)),
+        repo::Added::RaffleClosed => return Ok(Err(NotRecorded::RaffleClosed)),
     }
     let id: i64 = sqlx::query_scalar("INSERT INTO stock_topups (voucher_id, units) VALUES ($1, $2) RETURNING id")
         .bind(voucher_id)

@@ -262,6 +262,19 @@ function showAdmission(a) {
   const r = a.raffle;
   $("raffle-view").hidden = !r;
   if (r) {
+    const status = {
+      open: "entries open",
+      closing: "closing the entries",
+      awaiting_beacon: "undrawn: waiting for beacon round " + (r.beacon ? r.beacon.round : "") +
+        " (anyone may submit it: POST …/raffle/beacon)",
+      drawing: "drawing",
+      drawn: "drawn",
+    };
+    $("raffle-status").textContent = status[r.status] || r.status;
+    $("raffle-beacon").textContent = r.beacon
+      ? (r.beacon_is_quicknet ? "quicknet" : "chain " + r.beacon.public_key.slice(0, 16) + "… (not quicknet)") +
+        ", round " + r.beacon.round + " at " + when(r.beacon.round_at)
+      : "none (drawn by the seed alone)";
     $("raffle-commitment").textContent = r.commitment;
     $("raffle-draw-at").textContent = when(r.draw_at);
     $("raffle-drawn-at").textContent = r.drawn_at ? when(r.drawn_at) : "not yet";

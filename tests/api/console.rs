@@ -172,12 +172,13 @@ async fn the_console_shows_a_queue_and_a_raffle() {
         admitted(&app, queue, user).await;
     }
     let draw_at = now + chrono::Duration::seconds(8);
+    let chain = TestChain::fast();
     let raffle = sale_with(
         &app,
         2,
         draw_at,
         draw_at + hour,
-        serde_json::json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339()}),
+        serde_json::json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339(), "beacon": chain.field(None)}),
     )
     .await;
     for user in 1..=5 {
@@ -187,7 +188,7 @@ async fn the_console_shows_a_queue_and_a_raffle() {
     }
     let (_, summary) = app.get(&format!("/api/v1/vouchers/{raffle}/raffle"), None).await;
     let commitment = summary["commitment"].as_str().unwrap().to_owned();
-    tokio::time::sleep((draw_at - chrono::Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(200)).await;
+    publish_round(&app.addr, raffle, &chain).await;
     let screenshot = root.join("target/admin-admission.png");
     let mut browser = Command::new(root.join("tests/browser/run.sh"))
         .args([

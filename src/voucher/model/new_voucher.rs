@@ -5,6 +5,7 @@ use super::limits::{
     MAX_TURN_SECS,
 };
 use super::voucher::FlashSale;
+use crate::admit::beacon::{Beacon, Chain, MAX_PERIOD};
 use crate::admit::Mode;
 use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
 use serde_json::{json, Value};
@@ -21,6 +22,8 @@ pub struct NewVoucher {
     pub pay_value: i64,
     pub actual_value: i64,
     pub flash: Option<FlashSale>,
+    /// A raffle's beacon round (None for any other voucher).
+    pub beacon: Option<Beacon>,
 }
 
 /// Characters Rust's `str::trim` removes (Unicode White_Space), for the patterns
@@ -79,6 +82,7 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "turn_secs": {"type": "null"},
                                 "draw_at": {"type": "null"},
                                 "pow_difficulty": {"type": "null"},
+                                "beacon": {"type": "null"},
                             },
                         },
                         {
@@ -113,6 +117,25 @@ impl utoipa::PartialSchema for NewVoucher {
                                                    "description": "joining the queue or entering the raffle needs \
                                                                    an ALTCHA proof of work of this `maxnumber` \
                                                                    (default 0: none); ignored for `first_come`"},
+                                "beacon": {"type": ["object", "null"],
+                                           "description": "the public randomness a raffle draws with: a drand \
+                                                           chain (default: the League of Entropy's quicknet) and \
+                                                           its round, published after `draw_at` (default: the \
+                                                           first round after it); ignored for the other modes",
+                                           "required": ["public_key", "genesis_time", "period"],
+                                           "properties": {
+                                               "public_key": {"type": "string", "pattern": "^[0-9a-f]{192}$",
+                                                              "description": "the chain's BLS12-381 public key \
+                                                                              (a compressed G2 point)"},
+                                               "genesis_time": {"type": "integer", "format": "int64",
+                                                                "minimum": 0, "maximum": MAX_GENESIS,
+                                                                "description": "unix seconds of round 1"},
+                                               "period": {"type": "integer", "format": "int32", "minimum": 1,
+                                                          "maximum": MAX_PERIOD, "description": "seconds between rounds"},
+                                               "round": {"type": ["integer", "null"], "format": "int64",
+                                                         "minimum": 1, "maximum": MAX_ROUND,
+                                                         "description": "published after `draw_at`"},
+                                           }},
                             },
                         },
                     ],
@@ -160,13 +183,16 @@ impl NewVoucher {
         let pow_difficulty = optional(obj, "pow_difficulty")
             .map(|v| whole(v, "pow_difficulty", 0, MAX_DIFFICULTY))
             .transpose()?;
+        let beacon = optional(obj, "beacon");
         let admission_given = [
             ("admission", admission.is_some()),
             ("admit_rate", admit_rate.is_some()),
             ("turn_secs", turn_secs.is_some()),
             ("draw_at", draw_at.is_some()),
             ("pow_difficulty", pow_difficulty.is_some()),
+            ("beacon", beacon.is_some()),
         ];
+        let mut raffle_beacon = None;
         let flash = match (stock, begin_at, end_at) {
             (None, None, None) if stock_shards.is_some() => {
                 return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
@@ -207,6 +233,7 @@ impl NewVoucher {
                     if draw >= end_at {
                         return Err(ValidationError::new("draw_at", "must be before end_at"));
                     }
+                    raffle_beacon = Some(beacon_of(beacon, draw)?);
                 }
                 Some(FlashSale {
                     stock: stock as i32,
@@ -234,6 +261,59 @@ impl NewVoucher {
             pay_value,
             actual_value,
             flash,
+            beacon: raffle_beacon,
         })
     }
+}
+
+/// The latest genesis a chain may name (2100-01-01).
+const MAX_GENESIS: i64 = 4_102_444_800;
+/// The largest round a raffle may name.
+const MAX_ROUND: i64 = 1 << 40;
+
+/// A raffle's beacon: the chain given (quicknet if none) and its round (the
+/// first after `draw` if none), which must be published after `draw`.
+fn beacon_of(v: Option<&Value>, draw: chrono::DateTime<chrono::Utc>) -> Result<Beacon, ValidationError> {
+    let (chain, round) = match v {
+        None => (Chain::quicknet(), None),
+        Some(v) => {
+            let o = v
+                .as_object()
+                .ok_or_else(|| ValidationError::new("beacon", "must be an object"))?;
+            let field = |name: &str| {
+                optional(o, name).ok_or_else(|| ValidationError::new(&format!("beacon.{name}"), "is required"))
+            };
+            let key = validate::string(field("public_key")?, "beacon.public_key")?;
+            if key.len() != 192 || !key.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Err(ValidationError::new(
+                    "beacon.public_key",
+                    "must be 192 lower-case hex digits (a compressed G2 point)",
+                ));
+            }
+            let chain = Chain {
+                public_key: key.to_owned(),
+                genesis_time: whole(field("genesis_time")?, "beacon.genesis_time", 0, MAX_GENESIS)?,
+                period: whole(field("period")?, "beacon.period", 1, i64::from(MAX_PERIOD))? as i32,
+            };
+            chain
+                .check()
+                .map_err(|e| ValidationError::new("beacon.public_key", e.to_string()))?;
+            let round = optional(o, "round")
+                .map(|v| whole(v, "beacon.round", 1, MAX_ROUND))
+                .transpose()?;
+            (chain, round)
+        }
+    };
+    let first = chain.first_round_after(draw);
+    let round = round.unwrap_or(first);
+    if chain.round_at(round) <= draw {
+        return Err(ValidationError::new(
+            "beacon.round",
+            format!(
+                "must be published after draw_at: round {round} is at {}, the first after draw_at is {first}",
+                chain.round_at(round).to_rfc3339()
+            ),
+        ));
+    }
+    Ok(Beacon::new(chain, round))
 }

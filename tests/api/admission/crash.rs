@@ -208,13 +208,14 @@ async fn kill_9_during_the_draw_loses_no_win() {
     let app = Outside::new(&ns).await;
     let (stock, shoppers) = (5_usize, 40_i64);
     let draw_at = Utc::now() + chrono::Duration::seconds(20);
+    let chain = TestChain::fast();
     let v = create_sale(
         &base,
         &app.admin(),
         stock as i64,
         draw_at,
         draw_at + chrono::Duration::hours(1),
-        json!({"admission": "raffle"}),
+        json!({"admission": "raffle", "beacon": chain.field(None)}),
     )
     .await;
     knows(&base, v).await;
@@ -223,6 +224,21 @@ async fn kill_9_during_the_draw_loses_no_win() {
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
     tokio::time::sleep((draw_at - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(200)).await;
+    let summary_of = |base: String| async move {
+        let s: Value = reqwest::get(format!("{base}/api/v1/vouchers/{v}/raffle"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        s
+    };
+    let closed = eventually(Duration::from_secs(30), || async {
+        let s = summary_of(base.clone()).await;
+        (s["status"] == "awaiting_beacon").then_some(s)
+    })
+    .await
+    .expect("the entries closed in the background");
     // The draw, held mid-way by a lock on every entry (it writes the winners'), and
     // the process killed.
     let mut hold = app.pg().begin().await.unwrap();
@@ -231,29 +247,43 @@ async fn kill_9_during_the_draw_loses_no_win() {
         .execute(&mut *hold)
         .await
         .unwrap();
-    let draw_base = base.clone();
-    let stuck = tokio::spawn(async move {
-        let _ = reqwest::get(format!("{draw_base}/api/v1/vouchers/{v}/raffle")).await;
-    });
+    let round = closed["beacon"]["round"].as_i64().unwrap();
+    let (status, body) = call(
+        &base,
+        reqwest::Method::POST,
+        &format!("/api/v1/vouchers/{v}/raffle/beacon"),
+        "",
+        &[],
+        Some(json!({"round": round, "signature": chain.sign(round)})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     wait_blocked(&app, "UPDATE raffle_entries").await;
     let _ = child.kill();
     let _ = child.wait();
     hold.rollback().await.unwrap();
-    let _ = stuck.await;
-
-    // Started again: drawn whole, by the rule; every winner told, and ordering.
-    let (mut again, port) = spawn_binary(&ns, &[]).await;
-    let base = format!("http://127.0.0.1:{port}");
-    let summary: Value = reqwest::get(format!("{base}/api/v1/vouchers/{v}/raffle"))
-        .await
-        .unwrap()
-        .json()
+    let drawn: Option<bool> = sqlx::query_scalar("SELECT drawn_at IS NOT NULL FROM raffles WHERE voucher_id = $1")
+        .bind(v)
+        .fetch_one(app.pg())
         .await
         .unwrap();
-    let seed = summary["seed"].as_str().expect("drawn after the restart").to_owned();
+    assert_eq!(drawn, Some(false), "the killed draw left no trace");
+
+    // Started again: drawn whole in the background, by the rule; every winner
+    // told, and ordering.
+    let (mut again, port) = spawn_binary(&ns, &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let summary = eventually(Duration::from_secs(30), || async {
+        let s = summary_of(base.clone()).await;
+        (s["status"] == "drawn").then_some(s)
+    })
+    .await
+    .expect("drawn after the restart");
+    let seed = summary["seed"].as_str().expect("the seed, revealed").to_owned();
+    let signature = summary["signature"].as_str().expect("the round's signature").to_owned();
     let entries: Vec<String> = published_entries(&base, v).await.into_iter().map(|(e, _)| e).collect();
     assert_eq!(entries.len(), shoppers as usize, "no entry lost");
-    let winners = recompute(&seed, &entries, stock);
+    let winners = recompute(&signature, &seed, &entries, stock);
     let won_by = |base: String| {
         let app = &app;
         async move {

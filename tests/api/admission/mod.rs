@@ -8,8 +8,12 @@
 //!   expired are refused; the right one orders once.
 //! - `pow.rs`: a proof of work missing, wrong or below the sale's difficulty is
 //!   refused; one place per shopper however often it asks.
-//! - `raffle.rs`: the winners recomputed by the test from the published seed
-//!   and entries; winners order, others are told.
+//! - `raffle.rs`: the winners recomputed by the test from the published seed,
+//!   entries and beacon round; winners order, others are told.
+//! - `operator.rs`: an operator who knows the seed and the key cannot steer the
+//!   draw; `seckill raffle verify` recomputes it and catches a swapped winner.
+//! - `held.rs`: while the draw's or the seal's lock is held, every request is
+//!   answered at once (the result, or 503).
 //! - `entries.rs`: one entry for a shopper entering twice at once; a draw
 //!   in the future and before the end.
 //! - `crash.rs`: kill -9 during the joins, during the seal and during the draw:
@@ -21,6 +25,8 @@ use serde_json::{json, Value};
 
 mod crash;
 mod entries;
+mod held;
+mod operator;
 mod pow;
 mod queue;
 mod raffle;

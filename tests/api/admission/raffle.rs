@@ -1,6 +1,7 @@
 //! `a_raffle_is_recomputed_from_its_published_seed_and_entries`: the test draws
-//! the winners itself, with its own SHA-256, from what the API publishes, and
-//! finds the service's; winners order, everyone else is told they lost.
+//! the winners itself, with its own SHA-256, from what the API publishes (the
+//! seed, the entries and the beacon round it signed), and finds the service's;
+//! winners order, everyone else is told they lost.
 //! `a_crowd_reading_the_raffle_costs_postgres_one_query_per_refresh`.
 use super::*;
 use futures::stream::{self, StreamExt};
@@ -82,12 +83,14 @@ pub fn list_hash(entries: &[String]) -> String {
 }
 
 /// The winners by the published rule, computed here: the list's hash, then each
-/// entry's score under the seed and the list.
-pub fn recompute(seed_hex: &str, entries: &[String], stock: usize) -> Vec<String> {
+/// entry's score under the beacon's randomness (sha256 of its signature), the
+/// seed and the list.
+pub fn recompute(signature_hex: &str, seed_hex: &str, entries: &[String], stock: usize) -> Vec<String> {
     let list = list_hash(entries);
+    let randomness = sha(&hex::decode(signature_hex).unwrap());
     let mut scored: Vec<(String, String)> = entries
         .iter()
-        .map(|e| (sha(format!("{seed_hex}:{list}:{e}").as_bytes()), e.clone()))
+        .map(|e| (sha(format!("{randomness}:{seed_hex}:{list}:{e}").as_bytes()), e.clone()))
         .collect();
     scored.sort();
     let mut won: Vec<String> = scored.into_iter().take(stock).map(|(_, e)| e).collect();
@@ -101,12 +104,13 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
     let app = TestApp::spawn(&ns).await;
     let (stock, shoppers) = (7_usize, 60_i64);
     let draw_at = Utc::now() + chrono::Duration::seconds(15);
+    let chain = TestChain::fast();
     let v = sale_with(
         &app,
         stock as i64,
         draw_at,
         draw_at + chrono::Duration::hours(1),
-        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339()}),
+        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339(), "beacon": chain.field(None)}),
     )
     .await;
     let before = reqwest::get(format!("{}/api/v1/vouchers/{v}/raffle", app.addr))
@@ -141,13 +145,9 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
     let (status, body) = enter(&app.addr, &app.shopper(shoppers + 1), v).await;
     assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "raffle_closed"), "{body}");
 
-    let after: Value = reqwest::get(format!("{}/api/v1/vouchers/{v}/raffle", app.addr))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let after = publish_round(&app.addr, v, &chain).await;
     assert_eq!(after["commitment"], commitment.as_str());
+    let signature = after["signature"].as_str().expect("the beacon's signature, published");
     let seed = after["seed"].as_str().expect("the seed, revealed");
     assert_eq!(
         sha(&hex::decode(seed).unwrap()),
@@ -163,7 +163,7 @@ async fn a_raffle_is_recomputed_from_its_published_seed_and_entries() {
         .map(|(e, _)| e.clone())
         .collect();
     published_winners.sort();
-    let mine = recompute(seed, &listed, stock);
+    let mine = recompute(signature, seed, &listed, stock);
     assert_eq!(mine.len(), stock);
     assert_eq!(
         published_winners, mine,

@@ -23,13 +23,14 @@ async fn admission_responses_match_the_document() {
     )
     .await;
     let draw_at = now + chrono::Duration::seconds(10);
+    let chain = TestChain::fast();
     let raffle = create_sale(
         &app.addr,
         &admin,
         1,
         draw_at,
         end,
-        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339()}),
+        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339(), "beacon": chain.field(None)}),
     )
     .await;
     let plain = app.flash_sale(1).await;
@@ -184,7 +185,77 @@ async fn admission_responses_match_the_document() {
         "/api/v1/vouchers/{id}/raffle/me",
         call(&app.addr, get.clone(), &raffle_me, &shopper, &[], None).await,
     ));
+    let beacon = format!("/api/v1/vouchers/{raffle}/raffle/beacon");
+    // Before draw_at: refused; a malformed signature: refused.
+    seen.push((
+        "post",
+        "/api/v1/vouchers/{id}/raffle/beacon",
+        call(
+            &app.addr,
+            post.clone(),
+            &beacon,
+            "",
+            &[],
+            Some(json!({"round": 1, "signature": chain.sign(1)})),
+        )
+        .await,
+    ));
+    seen.push((
+        "post",
+        "/api/v1/vouchers/{id}/raffle/beacon",
+        call(
+            &app.addr,
+            post.clone(),
+            &beacon,
+            "",
+            &[],
+            Some(json!({"round": 1, "signature": "xyz"})),
+        )
+        .await,
+    ));
     tokio::time::sleep((draw_at - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(200)).await;
+    let round = chain_round(&app.addr, raffle).await;
+    // Another round, a signature of another round: refused; the round: accepted.
+    seen.push((
+        "post",
+        "/api/v1/vouchers/{id}/raffle/beacon",
+        call(
+            &app.addr,
+            post.clone(),
+            &beacon,
+            "",
+            &[],
+            Some(json!({"round": round + 1, "signature": chain.sign(round + 1)})),
+        )
+        .await,
+    ));
+    seen.push((
+        "post",
+        "/api/v1/vouchers/{id}/raffle/beacon",
+        call(
+            &app.addr,
+            post.clone(),
+            &beacon,
+            "",
+            &[],
+            Some(json!({"round": round, "signature": chain.sign(round + 1)})),
+        )
+        .await,
+    ));
+    seen.push((
+        "post",
+        "/api/v1/vouchers/{id}/raffle/beacon",
+        call(
+            &app.addr,
+            post.clone(),
+            &beacon,
+            "",
+            &[],
+            Some(json!({"round": round, "signature": chain.sign(round)})),
+        )
+        .await,
+    ));
+    publish_round(&app.addr, raffle, &chain).await;
     seen.push((
         "get",
         "/api/v1/vouchers/{id}/raffle",
@@ -252,7 +323,7 @@ async fn admission_responses_match_the_document() {
     let statuses: BTreeSet<u16> = seen.iter().map(|(_, _, (s, _))| s.as_u16()).collect();
     assert_eq!(
         statuses,
-        BTreeSet::from([200, 201, 400, 403, 404, 409]),
+        BTreeSet::from([200, 201, 202, 400, 403, 404, 409, 422]),
         "successes and errors"
     );
     for (method, path, (status, body)) in &seen {
@@ -264,4 +335,19 @@ async fn admission_responses_match_the_document() {
         assert!(problems.is_empty(), "{method} {path} {status}: {problems:?} in {body}");
     }
     app.shutdown().await;
+}
+
+/// The round raffle `v` draws with, once its entries are closed.
+async fn chain_round(base: &str, v: i64) -> i64 {
+    eventually(Duration::from_secs(30), || async {
+        let s: Value = reqwest::get(format!("{base}/api/v1/vouchers/{v}/raffle"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (s["status"] != "open").then(|| s["beacon"]["round"].as_i64().unwrap())
+    })
+    .await
+    .expect("the raffle closed")
 }

@@ -33,7 +33,7 @@ const CONTRACT: [(&str, &str); 20] = [
 
 /// Endpoints beyond the contract: for the admin console, and for operators of a
 /// Redis repair.
-const EXTRAS: [(&str, &str); 12] = [
+const EXTRAS: [(&str, &str); 13] = [
     ("get", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}/live"),
     ("get", "/api/v1/admin/redis"),
@@ -45,6 +45,7 @@ const EXTRAS: [(&str, &str); 12] = [
     ("post", "/api/v1/vouchers/{id}/raffle/entries"),
     ("get", "/api/v1/vouchers/{id}/raffle/entries"),
     ("get", "/api/v1/vouchers/{id}/raffle/me"),
+    ("post", "/api/v1/vouchers/{id}/raffle/beacon"),
     ("get", "/api/v1/admin/vouchers/{id}/admission"),
     ("post", "/api/v1/admin/vouchers/{id}/admission"),
 ];

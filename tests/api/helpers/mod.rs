@@ -6,10 +6,12 @@
 //! `sale.rs` drives and checks a sale: waves of shoppers, Redis epochs, the audit.
 //! `pg.rs` serves the tests of Postgres's own rules.
 mod app;
+mod beacon;
 mod pg;
 mod sale;
 
 pub use app::TestApp;
+pub use beacon::*;
 pub use pg::*;
 pub use sale::*;
 
