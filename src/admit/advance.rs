@@ -12,9 +12,10 @@
 //!
 //! Any instance may advance the queue; the queue's row lock serialises them, and
 //! each move counts from the last one's time, so several instances admit at the
-//! one rate. The first advance after `begin_at` seals the queue
-//! ([`super::queue`]).
-use super::queue::{lock, seal};
+//! one rate. The first advance after `begin_at` starts the queue's seal in the
+//! background ([`super::queue::seal_in_background`]) and answers the unsealed
+//! frontier: no advance waits on a seal.
+use super::queue::{lock, seal_in_background};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -62,10 +63,10 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<i64>>,
 {
-    // Before the start: nothing to move, and no lock (the early joins hold the row
-    // in share mode).
-    let before: Option<(bool, i32, i64)> = sqlx::query_as(
-        "SELECT clock_timestamp() < $2, q.admit_rate,
+    // Before the start, or before the seal: nothing to move, and no lock (the early
+    // joins hold the row in share mode; the seal holds it exclusively).
+    let before: Option<(bool, bool, i32, i64)> = sqlx::query_as(
+        "SELECT clock_timestamp() < $2, q.sealed, q.admit_rate,
                 (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
            FROM admission_queues q WHERE q.voucher_id = $1",
     )
@@ -73,25 +74,25 @@ where
     .bind(begin_at)
     .fetch_optional(pg)
     .await?;
-    if let Some((true, admit_rate, length)) = before {
-        return Ok(Frontier {
-            admitted: 0,
-            places: 0,
-            length,
-            admit_rate,
-            sealed: false,
-            held: false,
-            paused: false,
-        });
+    if let Some((early, sealed, admit_rate, length)) = before {
+        if !early && !sealed {
+            seal_in_background(pg, voucher, begin_at);
+        }
+        if early || !sealed {
+            return Ok(Frontier {
+                admitted: 0,
+                places: 0,
+                length,
+                admit_rate,
+                sealed: false,
+                held: false,
+                paused: false,
+            });
+        }
     }
     let mut tx = pg.begin().await?;
-    let mut q = lock(&mut tx, voucher).await?;
-    if !q.sealed {
-        q.next_place = seal(&mut tx, voucher, begin_at).await?;
-        q.sealed = true;
-        q.advanced_at = Some(begin_at);
-        q.carry = 0.0;
-    }
+    // Sealed: the row is held only briefly (advances, late joins).
+    let q = lock(&mut tx, voucher).await?;
     if q.paused_at.is_some() {
         // Paused: the frontier stands, and the time paused is not due after.
         sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")

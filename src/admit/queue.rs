@@ -1,18 +1,23 @@
 //! The waiting room of a `queue` sale, in Postgres.
 //!
 //! **Places.** A shopper who joins before `begin_at` (Postgres's clock) gets a
-//! random `draw` and no place yet; the seal, the first time anyone joins, polls
-//! or advances the queue after `begin_at`, numbers those early arrivals 1..k by
-//! their draws. A later shopper gets the next place at once. A shopper has one
-//! row: joining again answers the same place. Early joins hold the queue's row in
-//! share mode while they check that the queue is unsealed and the sale not yet
-//! begun, and the seal holds it exclusively: no early arrival can slip in after
-//! the numbering, and none is left unnumbered.
+//! random `draw` and no place yet; the seal, in the background once the sale has
+//! begun ([`seal_in_background`], started by the first advance that finds the
+//! queue unsealed), numbers those early arrivals 1..k by their draws. A later
+//! shopper gets the next place at once; until the seal is done, 503 (try again).
+//! A shopper has one row: joining again answers the same place. Early joins hold
+//! the queue's row in share mode (without waiting) while they check that the
+//! queue is unsealed and the sale not yet begun, and the seal holds it
+//! exclusively: no early arrival can slip in after the numbering, and none is
+//! left unnumbered. No request waits on the seal: late joins and advances read
+//! `sealed` without a lock first, and take the row only once it is sealed.
 //!
 //! **The frontier** that admits places is in [`super::advance`].
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub fn unix_now() -> u64 {
@@ -31,22 +36,42 @@ pub struct Joined {
     pub new: bool,
 }
 
-/// Creates the queue of a new sale (in the sale's transaction).
-pub async fn create(tx: &mut PgConnection, voucher: i64, admit_rate: i32) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO admission_queues (voucher_id, admit_rate) VALUES ($1, $2)")
-        .bind(voucher)
-        .bind(admit_rate)
-        .execute(&mut *tx)
-        .await?;
+/// Creates the queue of a new sale (in the sale's transaction). A sale begun
+/// already has no early arrivals to number: its queue starts sealed.
+pub async fn create(
+    tx: &mut PgConnection,
+    voucher: i64,
+    admit_rate: i32,
+    begin_at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO admission_queues (voucher_id, admit_rate, sealed, advanced_at)
+         SELECT $1, $2, begun, CASE WHEN begun THEN $3 END
+           FROM (SELECT clock_timestamp() >= $3 AS begun) t",
+    )
+    .bind(voucher)
+    .bind(admit_rate)
+    .bind(begin_at)
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }
 
+/// A late join while the early arrivals are being numbered: try again shortly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sealing;
+
 /// Joins `user` to the queue of `voucher` (a queue sale beginning at `begin_at`).
-pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>) -> Result<Joined> {
+pub async fn join(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    begin_at: DateTime<Utc>,
+) -> Result<std::result::Result<Joined, Sealing>> {
     // Joined already, with a place: nothing to lock.
     if let Some(place) = place_of(pg, voucher, user).await? {
         if place.is_some() {
-            return Ok(Joined { place, new: false });
+            return Ok(Ok(Joined { place, new: false }));
         }
     }
     // Early, by a look without a lock: then again under the share lock, while
@@ -62,13 +87,18 @@ pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>)
         .context("a queue sale without its queue row")?;
     if early(&look) {
         let mut tx = pg.begin().await?;
-        let row = sqlx::query(&format!("{LOOK} FOR SHARE"))
+        // Without waiting: only the seal holds the row exclusively for long, and it
+        // runs after the start, when this join is late.
+        let row = match sqlx::query(&format!("{LOOK} FOR SHARE NOWAIT"))
             .bind(voucher)
             .bind(begin_at)
             .fetch_optional(&mut *tx)
-            .await?
-            .context("a queue sale without its queue row")?;
-        if early(&row) {
+            .await
+        {
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => None,
+            row => Some(row?.context("a queue sale without its queue row")?),
+        };
+        if row.as_ref().is_some_and(|row| early(row)) {
             let draw = rand::random::<i64>() & i64::MAX;
             let made = sqlx::query(
                 "INSERT INTO queue_places (voucher_id, user_id, draw) VALUES ($1, $2, $3)
@@ -81,21 +111,28 @@ pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>)
             .await?
             .rows_affected();
             tx.commit().await?;
-            return Ok(Joined {
+            return Ok(Ok(Joined {
                 place: None,
                 new: made == 1,
-            });
+            }));
         }
         // Late after all: let the share lock go before asking for the exclusive
         // one (two joiners upgrading at once would deadlock).
         tx.rollback().await?;
     }
-    // Late: exclusively, sealing first if nobody has.
-    let mut tx = pg.begin().await?;
-    let q = lock(&mut tx, voucher).await?;
-    if !q.sealed {
-        seal(&mut tx, voucher, begin_at).await?;
+    // Late: once sealed, exclusively (the row is then held only briefly, by
+    // advances and other late joins). Unsealed: the seal runs; no waiting on it.
+    let sealed: bool = sqlx::query_scalar("SELECT sealed FROM admission_queues WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_optional(pg)
+        .await?
+        .context("a queue sale without its queue row")?;
+    if !sealed {
+        seal_in_background(pg, voucher, begin_at);
+        return Ok(Err(Sealing));
     }
+    let mut tx = pg.begin().await?;
+    lock(&mut tx, voucher).await?;
     let existing: Option<Option<i64>> =
         sqlx::query_scalar("SELECT place FROM queue_places WHERE voucher_id = $1 AND user_id = $2")
             .bind(voucher)
@@ -104,7 +141,7 @@ pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>)
             .await?;
     if let Some(place) = existing {
         tx.commit().await?;
-        return Ok(Joined { place, new: false });
+        return Ok(Ok(Joined { place, new: false }));
     }
     let place: i64 = sqlx::query_scalar(
         "UPDATE admission_queues SET next_place = next_place + 1 WHERE voucher_id = $1 RETURNING next_place",
@@ -119,10 +156,10 @@ pub async fn join(pg: &PgPool, voucher: i64, user: i64, begin_at: DateTime<Utc>)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(Joined {
+    Ok(Ok(Joined {
         place: Some(place),
         new: true,
-    })
+    }))
 }
 
 /// `user`'s place: None if not in the queue, Some(None) if early and not yet numbered.
@@ -138,7 +175,6 @@ pub async fn place_of(pg: &PgPool, voucher: i64, user: i64) -> Result<Option<Opt
 
 /// The queue's row, locked `FOR UPDATE`, and Postgres's clock.
 pub(super) struct Locked {
-    pub(super) sealed: bool,
     pub(super) admit_rate: i32,
     pub(super) admitted: i64,
     pub(super) next_place: i64,
@@ -169,7 +205,7 @@ pub fn clock_at(t: DateTime<Utc>, paused_secs: f64, paused_at: Option<DateTime<U
 
 pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> {
     let r = sqlx::query(
-        "SELECT sealed, admit_rate, admitted, next_place, carry, advanced_at, clock_timestamp() AS now,
+        "SELECT admit_rate, admitted, next_place, carry, advanced_at, clock_timestamp() AS now,
                 paused_at, paused_secs
            FROM admission_queues WHERE voucher_id = $1 FOR UPDATE",
     )
@@ -178,7 +214,6 @@ pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> 
     .await?
     .context("a queue sale without its queue row")?;
     Ok(Locked {
-        sealed: r.get("sealed"),
         admit_rate: r.get("admit_rate"),
         admitted: r.get("admitted"),
         next_place: r.get("next_place"),
@@ -190,9 +225,58 @@ pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> 
     })
 }
 
+/// The queues this process is sealing now.
+static SEALING: LazyLock<Mutex<HashSet<i64>>> = LazyLock::new(Default::default);
+
+/// Takes `voucher` out of [`SEALING`] when its seal task ends, however it ends.
+struct Sealed(i64);
+
+impl Drop for Sealed {
+    fn drop(&mut self) {
+        SEALING.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.0);
+    }
+}
+
+/// Seals `voucher`'s queue in a task of its own, unless this process is at it
+/// already: no request waits for it.
+pub fn seal_in_background(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) {
+    if !SEALING.lock().unwrap_or_else(|e| e.into_inner()).insert(voucher) {
+        return;
+    }
+    let pg = pg.clone();
+    tokio::spawn(async move {
+        let _done = Sealed(voucher);
+        if let Err(e) = seal_now(&pg, voucher, begin_at).await {
+            tracing::warn!(voucher_id = voucher, error = ?e, "queue not sealed; the next advance tries again");
+        }
+    });
+}
+
+/// Seals the queue if the sale has begun and nobody has, or is (the row taken
+/// without waiting: an instance sealing holds it, and so, briefly, does an early
+/// join): true if this call sealed it.
+pub async fn seal_now(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) -> Result<bool> {
+    let mut tx = pg.begin().await?;
+    let unsealed: Option<bool> = sqlx::query_scalar(
+        "SELECT NOT sealed FROM admission_queues
+          WHERE voucher_id = $1 AND clock_timestamp() >= $2 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(voucher)
+    .bind(begin_at)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if unsealed != Some(true) {
+        return Ok(false);
+    }
+    let early = seal(&mut tx, voucher, begin_at).await?;
+    tx.commit().await?;
+    tracing::info!(voucher_id = voucher, early, "queue sealed");
+    Ok(true)
+}
+
 /// Numbers the early arrivals by their draws (the queue's row locked, the sale
 /// begun). The frontier's clock starts at `begin_at`.
-pub(super) async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
+async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
     // One statement over every early arrival: a large crowd must not be cut short
     // by the statement timeout and retried forever.
     sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;

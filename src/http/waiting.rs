@@ -205,7 +205,14 @@ pub async fn join_queue(
             Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
         }
     }
-    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at).await?;
+    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at)
+        .await?
+        .map_err(|queue::Sealing| {
+            ApiError::unavailable(
+                "the sale has begun and its early arrivals are being given their places: try again in a moment",
+                1,
+            )
+        })?;
     let status = status(&state, &voucher, &flash, caller.user_id, joined.place).await?;
     let code = if joined.new {
         StatusCode::CREATED

@@ -84,7 +84,7 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
         .await?;
         match f.admission {
             Mode::FirstCome => {}
-            Mode::Queue => crate::admit::queue::create(tx, id, f.admit_rate.unwrap_or(1)).await?,
+            Mode::Queue => crate::admit::queue::create(tx, id, f.admit_rate.unwrap_or(1), f.begin_at).await?,
             Mode::Raffle => {
                 let beacon = v
                     .beacon

@@ -172,18 +172,21 @@ async fn kill_9_during_the_joins_and_during_the_seal_loses_no_place() {
     let base = format!("http://127.0.0.1:{port}");
     let mut places = HashMap::new();
     for user in acked.iter().copied() {
-        let resp = reqwest::Client::new()
-            .get(format!("{base}/api/v1/vouchers/{v}/queue/me"))
-            .bearer_auth(app.shopper(user))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        let body: Value = resp.json().await.unwrap();
-        places.insert(
-            user,
-            body["place"].as_i64().unwrap_or_else(|| panic!("no place: {body}")),
-        );
+        // The seal runs in the background: until it is done, no place yet.
+        let place = eventually(Duration::from_secs(30), || async {
+            let resp = reqwest::Client::new()
+                .get(format!("{base}/api/v1/vouchers/{v}/queue/me"))
+                .bearer_auth(app.shopper(user))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), StatusCode::OK);
+            let body: Value = resp.json().await.unwrap();
+            body["place"].as_i64()
+        })
+        .await
+        .unwrap_or_else(|| panic!("shopper {user} has no place"));
+        places.insert(user, place);
     }
     let all: Vec<i64> = sqlx::query_scalar("SELECT place FROM queue_places WHERE voucher_id = $1 ORDER BY place")
         .bind(v)

@@ -140,3 +140,86 @@ async fn requests_are_answered_while_a_draw_holds_its_raffle() {
     publish_round(&app.addr, held, &chain).await;
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_are_answered_while_a_seal_holds_its_queue() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let begin = now + chrono::Duration::seconds(5);
+    let queue = json!({"admission": "queue", "admit_rate": 1000});
+    let held = sale_with(&app, 10, begin, begin + chrono::Duration::hours(1), queue.clone()).await;
+    let other = sale_with(
+        &app,
+        10,
+        now - chrono::Duration::seconds(1),
+        now + chrono::Duration::hours(1),
+        queue,
+    )
+    .await;
+    for user in 1..=5 {
+        assert_eq!(join(&app, held, user, &[]).await.0, StatusCode::CREATED);
+    }
+    // The seal's lock, taken before the start so that no seal begins first; held
+    // past the start.
+    let mut lock = app.pg().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM admission_queues WHERE voucher_id = $1 FOR UPDATE")
+        .bind(held)
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    assert!(Utc::now() < begin, "the early joins took past the start");
+    tokio::time::sleep((begin - Utc::now()).to_std().unwrap_or_default() + Duration::from_millis(600)).await;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    let got = answers(
+        &impatient(),
+        &app.addr,
+        vec![
+            (
+                post.clone(),
+                format!("/api/v1/vouchers/{held}/queue"),
+                Some(app.shopper(9)),
+            ),
+            (
+                get.clone(),
+                format!("/api/v1/vouchers/{held}/queue/me"),
+                Some(app.shopper(1)),
+            ),
+            (
+                post.clone(),
+                format!("/api/v1/vouchers/{other}/queue"),
+                Some(app.shopper(9)),
+            ),
+            (
+                get.clone(),
+                format!("/api/v1/vouchers/{other}/queue/me"),
+                Some(app.shopper(9)),
+            ),
+        ],
+    )
+    .await;
+    let sealed: bool = sqlx::query_scalar("SELECT sealed FROM admission_queues WHERE voucher_id = $1")
+        .bind(held)
+        .fetch_one(app.pg())
+        .await
+        .unwrap();
+    assert!(!sealed, "sealed under the test's lock");
+    lock.rollback().await.unwrap();
+    all_answered(&got);
+    // The late join while sealing: 503, to try again; the early arrival: waiting.
+    assert_eq!(got[0].1, Some(StatusCode::SERVICE_UNAVAILABLE), "{got:?}");
+    assert_eq!(got[1].1, Some(StatusCode::OK), "{got:?}");
+    // Let go: sealed in the background, and the late shopper joins after the early ones.
+    let early = eventually(Duration::from_secs(30), || async {
+        let (_, me) = poll(&app, held, 1, None).await;
+        me["place"].as_i64()
+    })
+    .await
+    .expect("the early arrival got a place");
+    assert!((1..=5).contains(&early));
+    let (status, late) = join(&app, held, 9, &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{late}");
+    assert_eq!(late["place"], 6, "{late}");
+    app.shutdown().await;
+}
