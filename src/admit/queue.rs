@@ -98,7 +98,7 @@ pub async fn join(
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => None,
             row => Some(row?.context("a queue sale without its queue row")?),
         };
-        if row.as_ref().is_some_and(|row| early(row)) {
+        if row.as_ref().is_some_and(early) {
             let draw = rand::random::<i64>() & i64::MAX;
             let made = sqlx::query(
                 "INSERT INTO queue_places (voucher_id, user_id, draw) VALUES ($1, $2, $3)
