@@ -1,8 +1,10 @@
-//! `seckill-bench`: the load generator (`crowd`) and the lock benchmark (`lock`),
+//! `seckill-bench`: the load generator (`crowd`), the lock benchmark (`lock`) and
+//! the raffle draw's latency benchmark (`raffle`),
 //! kept out of the product so that their HTTP client and histograms are not the
 //! service's dependencies. Settings come from the same environment as the service's.
 mod crowd;
 mod lock;
+mod raffle;
 mod redis_stats;
 
 use anyhow::Result;
@@ -22,6 +24,8 @@ enum Command {
     Crowd(crowd::Args),
     /// Measures the distributed lock: uncontended rate and hand-over latency.
     Lock(lock::LockArgs),
+    /// Latency of raffle reads and entries while a large raffle is closed and drawn.
+    Raffle(raffle::RaffleArgs),
 }
 
 #[tokio::main]
@@ -31,5 +35,6 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Crowd(args) => crowd::run(args, &settings).await,
         Command::Lock(args) => lock::run_lock(args, &settings).await,
+        Command::Raffle(args) => raffle::run(args, &settings).await,
     }
 }
