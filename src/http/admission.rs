@@ -8,9 +8,11 @@
 //!   `/api/v1/admin/*`, and the console page), so that the pause meant for an
 //!   overload works in one ([`budget_of`]).
 //!
-//! Health and metrics endpoints are exempt, so that an overloaded instance is not
-//! also declared dead. The client address is the TCP peer: behind a proxy, put the
-//! per-address limit in the proxy.
+//! Health and metrics endpoints have budgets of their own ([`PROBE_PER_IP`] a
+//! second per address, [`PROBE_MAX_IN_FLIGHT`] at once), so that an overloaded
+//! instance is not also declared dead, and a flood of probes cannot take the
+//! crowd's budget or burn the instance's CPU unbounded. The client address is the
+//! TCP peer: behind a proxy, put the per-address limit in the proxy.
 use super::ApiError;
 use crate::config::Settings;
 use actix_web::body::MessageBody;
@@ -38,7 +40,16 @@ pub struct Admission {
     /// console page's (anyone may load it: its flood must not take the API's).
     admin_in_flight: AtomicUsize,
     console_in_flight: AtomicUsize,
+    /// `/health/*` and `/metrics`: their own per-address limit and in-flight bound.
+    per_ip_probe: Option<Keyed<IpAddr>>,
+    probe_in_flight: AtomicUsize,
 }
+
+/// Health and metrics requests a second per address (when the per-address limit
+/// is on): an orchestrator probes every few seconds, Prometheus scrapes every 15.
+pub const PROBE_PER_IP: u32 = 20;
+/// Health and metrics requests in flight at once (when the in-flight bound is on).
+pub const PROBE_MAX_IN_FLIGHT: usize = 32;
 
 /// Requests in flight the admin's budget takes: the console polls once a second
 /// and an operator clicks; this is plenty, and small enough to cost nothing.
@@ -104,6 +115,8 @@ impl Admission {
             in_flight: AtomicUsize::new(0),
             admin_in_flight: AtomicUsize::new(0),
             console_in_flight: AtomicUsize::new(0),
+            per_ip_probe: (s.rate_limit_per_ip > 0).then(|| limiter(PROBE_PER_IP)).flatten(),
+            probe_in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -132,7 +145,7 @@ impl Admission {
             l.retain_recent();
             l.shrink_to_fit();
         }
-        if let Some(l) = &self.per_ip {
+        for l in [&self.per_ip, &self.per_ip_probe].into_iter().flatten() {
             l.retain_recent();
             l.shrink_to_fit();
         }
@@ -201,12 +214,25 @@ type Answer = Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error
 /// answered it itself).
 async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> (Answer, bool) {
     let path = req.path();
-    if path.starts_with("/health/") || path == "/metrics" {
-        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
-    }
+    let probe = path.starts_with("/health/") || path == "/metrics";
     let Some(adm) = req.app_data::<web::Data<Admission>>().cloned() else {
         return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
     };
+    if probe {
+        // Their own budgets: never the crowd's, and bounded.
+        let now = adm.probe_in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+        let _guard = InFlight(&adm.probe_in_flight);
+        if adm.max_in_flight > 0 && now > PROBE_MAX_IN_FLIGHT {
+            let e = ApiError::unavailable("too many health and metrics requests in flight, retry shortly", 1);
+            return (Ok(req.error_response(e).map_into_boxed_body()), false);
+        }
+        if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
+            if let Err(e) = check_key(&adm.per_ip_probe, &ip, "of health and metrics from this address") {
+                return (Ok(req.error_response(e).map_into_boxed_body()), false);
+            }
+        }
+        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
+    }
     if let Some(budget) = budget_of(&req, &adm) {
         // Exempt from the per-address limit too: the admin may sit behind the same
         // proxy as the crowd.

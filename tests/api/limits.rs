@@ -90,6 +90,40 @@ async fn an_address_over_the_limit_gets_429_but_health_checks_do_not() {
     app.shutdown().await;
 }
 
+/// Health and metrics have a per-address budget of their own: a flood of them
+/// from one address is refused with 429 (they bypassed every limit), while the
+/// crowd's budget at its limit does not refuse them.
+#[tokio::test]
+async fn a_flood_of_health_and_metrics_requests_is_limited_on_a_budget_of_its_own() {
+    let ns = Namespace::new().await;
+    let app = TestApp::builder(&ns)
+        .env("SECKILL_RATE_LIMIT_PER_IP", "3")
+        .spawn()
+        .await;
+    // The crowd's budget of this address, spent.
+    let spent = eventually(Duration::from_secs(5), || async {
+        (app.get("/api/v1/vouchers?shop_id=1", None).await.0 == StatusCode::TOO_MANY_REQUESTS).then_some(())
+    })
+    .await;
+    assert!(spent.is_some());
+    assert_eq!(app.get("/health/ready", None).await.0, StatusCode::OK);
+    let mut statuses = Vec::new();
+    for path in ["/health/live", "/metrics"] {
+        for _ in 0..(2 * seckill::http::admission::PROBE_PER_IP) {
+            statuses.push(app.get(path, None).await.0);
+        }
+    }
+    let refused = statuses.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS).count();
+    assert!(refused > 0, "{statuses:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    app.shutdown().await;
+}
+
 /// Holds one crowd request in flight (a service token's POST whose body never
 /// arrives) until the sender is used or dropped; if it was answered instead (shed
 /// itself, because another request was in flight when it arrived), holds a new one.
