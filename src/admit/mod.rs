@@ -13,6 +13,7 @@
 //! no win and a draw run twice draws the same winners. The queue's frontier is
 //! cached per instance ([`frontier`]), so that polling a place costs no query.
 //! Nothing here imports the HTTP layer or the voucher module.
+pub mod addresses;
 pub mod advance;
 pub mod beacon;
 pub mod draw;

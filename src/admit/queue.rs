@@ -13,6 +13,7 @@
 //! `sealed` without a lock first, and take the row only once it is sealed.
 //!
 //! **The frontier** that admits places is in [`super::advance`].
+use super::addresses::{claim, Cap};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
@@ -57,17 +58,24 @@ pub async fn create(
     Ok(())
 }
 
-/// A late join while the early arrivals are being numbered: try again shortly.
+/// Why a join made no place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sealing;
+pub enum NotJoined {
+    /// A late join while the early arrivals are being numbered: try again shortly.
+    Sealing,
+    /// The client's address has the sale's `address_cap` of places.
+    AddressCap,
+}
 
-/// Joins `user` to the queue of `voucher` (a queue sale beginning at `begin_at`).
+/// Joins `user` to the queue of `voucher` (a queue sale beginning at `begin_at`;
+/// `cap`: the client's address and the sale's cap on it, if any).
 pub async fn join(
     pg: &PgPool,
     voucher: i64,
     user: i64,
     begin_at: DateTime<Utc>,
-) -> Result<std::result::Result<Joined, Sealing>> {
+    cap: Option<&Cap>,
+) -> Result<std::result::Result<Joined, NotJoined>> {
     // Joined already, with a place: nothing to lock.
     if let Some(place) = place_of(pg, voucher, user).await? {
         if place.is_some() {
@@ -110,6 +118,14 @@ pub async fn join(
             .execute(&mut *tx)
             .await?
             .rows_affected();
+            if made == 1 {
+                if let Some(cap) = cap {
+                    if !claim(&mut tx, voucher, cap).await? {
+                        tx.rollback().await?;
+                        return Ok(Err(NotJoined::AddressCap));
+                    }
+                }
+            }
             tx.commit().await?;
             return Ok(Ok(Joined {
                 place: None,
@@ -129,7 +145,7 @@ pub async fn join(
         .context("a queue sale without its queue row")?;
     if !sealed {
         seal_in_background(pg, voucher, begin_at);
-        return Ok(Err(Sealing));
+        return Ok(Err(NotJoined::Sealing));
     }
     let mut tx = pg.begin().await?;
     lock(&mut tx, voucher).await?;
@@ -142,6 +158,12 @@ pub async fn join(
     if let Some(place) = existing {
         tx.commit().await?;
         return Ok(Ok(Joined { place, new: false }));
+    }
+    if let Some(cap) = cap {
+        if !claim(&mut tx, voucher, cap).await? {
+            tx.rollback().await?;
+            return Ok(Err(NotJoined::AddressCap));
+        }
     }
     let place: i64 = sqlx::query_scalar(
         "UPDATE admission_queues SET next_place = next_place + 1 WHERE voucher_id = $1 RETURNING next_place",

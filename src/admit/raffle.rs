@@ -18,6 +18,7 @@
 //! (anyone may submit it), the winners follow by [`super::rule::RULE`]. Knowing
 //! the seed, or the raffle key, tells nobody who wins: the beacon's randomness is
 //! part of every score and is published after the entries closed.
+use super::addresses::{claim, Cap};
 use super::beacon::{Beacon, Chain};
 use super::rule::{entry_of, RULE, RULE_WITHOUT_BEACON};
 use super::signing::sha256_hex;
@@ -57,16 +58,19 @@ pub enum Entered {
     Already(String),
     /// Past `draw_at`: entries are closed (and the shopper had none).
     Closed,
+    /// The client's address has the sale's `address_cap` of entries.
+    AddressCap,
 }
 
-/// Enters `user` in `voucher`'s raffle (`key`: the service's raffle key).
-pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64) -> Result<Entered> {
+/// Enters `user` in `voucher`'s raffle (`key`: the service's raffle key; `cap`:
+/// the client's address and the sale's cap on it, if any).
+pub async fn enter(pg: &PgPool, key: &[u8], voucher: i64, user: i64, cap: Option<&Cap>) -> Result<Entered> {
     let entry = entry_of(key, voucher, user);
     // Once more if the first try met a concurrent entry of the same shopper as a
     // deadlock, a serialization failure or a unique violation (seen once under
     // load, cause not found): the second sees the committed entry.
-    let answer = match try_enter(pg, voucher, user, &entry).await {
-        Err(e) if retryable(&e) => try_enter(pg, voucher, user, &entry).await,
+    let answer = match try_enter(pg, voucher, user, &entry, cap).await {
+        Err(e) if retryable(&e) => try_enter(pg, voucher, user, &entry, cap).await,
         answer => answer,
     };
     Ok(answer?)
@@ -76,7 +80,13 @@ fn retryable(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40P01" | "40001" | "23505")))
 }
 
-async fn try_enter(pg: &PgPool, voucher: i64, user: i64, entry: &str) -> Result<Entered, sqlx::Error> {
+async fn try_enter(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    entry: &str,
+    cap: Option<&Cap>,
+) -> Result<Entered, sqlx::Error> {
     let entry = entry.to_owned();
     let mut tx = pg.begin().await?;
     // Without waiting: only the close and the draw hold the row exclusively, and
@@ -124,6 +134,12 @@ async fn try_enter(pg: &PgPool, voucher: i64, user: i64, entry: &str) -> Result<
             .await?
             .rows_affected();
             if made == 1 {
+                if let Some(cap) = cap {
+                    if !claim(&mut tx, voucher, cap).await? {
+                        tx.rollback().await?;
+                        return Ok(Entered::AddressCap);
+                    }
+                }
                 Entered::New(entry)
             } else {
                 Entered::Already(entry)

@@ -71,6 +71,7 @@ impl Settings {
             rate_limit_pay_cancel_per_user: num(&var, "SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER", 5, 0, 1_000_000)?
                 as u32,
             rate_limit_per_ip: num(&var, "SECKILL_RATE_LIMIT_PER_IP", 2000, 0, 10_000_000)? as u32,
+            trusted_proxies: proxies(var("SECKILL_TRUSTED_PROXIES").as_deref())?,
             max_in_flight: num(&var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
             migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
             db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,
@@ -142,6 +143,22 @@ fn secret(var: &impl Fn(&str) -> Option<String>, key: &str) -> Result<Option<Sec
         ),
         s => Ok(s.map(Secret::new)),
     }
+}
+
+/// `SECKILL_TRUSTED_PROXIES`: addresses (a host network) and networks, comma-separated.
+fn proxies(raw: Option<&str>) -> Result<Vec<ipnet::IpNet>> {
+    raw.unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    anyhow::anyhow!("SECKILL_TRUSTED_PROXIES: {p:?} is not an address or a network (10.0.0.0/8)")
+                })
+        })
+        .collect()
 }
 
 fn num(var: &impl Fn(&str) -> Option<String>, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {

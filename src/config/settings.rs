@@ -52,6 +52,11 @@ pub struct Settings {
     /// shopper's lock, so this bounds the waiters one shopper can pile up.
     pub rate_limit_pay_cancel_per_user: u32,
     pub rate_limit_per_ip: u32,
+    /// Proxies whose `X-Forwarded-For` names the client (`SECKILL_TRUSTED_PROXIES`,
+    /// addresses or networks, comma-separated; none by default: the TCP peer is
+    /// the client). The per-address limit and a sale's per-address cap count the
+    /// address so found.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub max_in_flight: usize,
     /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
     pub migrate_on_start: bool,

@@ -113,3 +113,16 @@ fn a_jwks_needs_an_issuer_and_an_audience() {
     assert!(over("http://localhost/jwks.json").is_ok());
     assert!(over("/etc/seckill/jwks.json").is_ok(), "a file");
 }
+
+/// Trusted proxies are addresses or networks; anything else stops the start.
+#[test]
+fn trusted_proxies_are_addresses_or_networks() {
+    let s = with(&[("SECKILL_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.1,::1")]).unwrap();
+    assert_eq!(s.trusted_proxies.len(), 3);
+    assert!(s.trusted_proxies[1].contains(&"192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
+    assert!(with(&[]).unwrap().trusted_proxies.is_empty());
+    let err = with(&[("SECKILL_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("proxy.local"), "{err}");
+}

@@ -12,7 +12,8 @@
 //! second per address, [`PROBE_MAX_IN_FLIGHT`] at once), so that an overloaded
 //! instance is not also declared dead, and a flood of probes cannot take the
 //! crowd's budget or burn the instance's CPU unbounded. The client address is the
-//! TCP peer: behind a proxy, put the per-address limit in the proxy.
+//! TCP peer, or the client a trusted proxy names (`SECKILL_TRUSTED_PROXIES`,
+//! [`super::client_addr`]).
 use super::ApiError;
 use crate::config::Settings;
 use actix_web::body::MessageBody;
@@ -43,6 +44,8 @@ pub struct Admission {
     /// `/health/*` and `/metrics`: their own per-address limit and in-flight bound.
     per_ip_probe: Option<Keyed<IpAddr>>,
     probe_in_flight: AtomicUsize,
+    /// `SECKILL_TRUSTED_PROXIES`: whose `X-Forwarded-For` names the client.
+    trusted_proxies: Vec<ipnet::IpNet>,
 }
 
 /// Health and metrics requests a second per address (when the per-address limit
@@ -117,6 +120,7 @@ impl Admission {
             console_in_flight: AtomicUsize::new(0),
             per_ip_probe: (s.rate_limit_per_ip > 0).then(|| limiter(PROBE_PER_IP)).flatten(),
             probe_in_flight: AtomicUsize::new(0),
+            trusted_proxies: s.trusted_proxies.clone(),
         }
     }
 
@@ -130,6 +134,11 @@ impl Admission {
     /// shopper's requests is answered 429 at once instead of queueing on the lock.
     pub fn check_pay_cancel(&self, user: i64) -> Result<(), ApiError> {
         check_key(&self.per_user_pay_cancel, &user, "for this shopper")
+    }
+
+    /// The request's client address (`super::client_addr`).
+    fn client(&self, req: &ServiceRequest) -> Option<IpAddr> {
+        super::client_addr::client_addr(req.peer_addr().map(|a| a.ip()), req.headers(), &self.trusted_proxies)
     }
 
     fn check_ip(&self, ip: Option<IpAddr>) -> Result<(), ApiError> {
@@ -226,7 +235,7 @@ async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>
             let e = ApiError::unavailable("too many health and metrics requests in flight, retry shortly", 1);
             return (Ok(req.error_response(e).map_into_boxed_body()), false);
         }
-        if let Some(ip) = req.peer_addr().map(|a| a.ip()) {
+        if let Some(ip) = adm.client(&req) {
             if let Err(e) = check_key(&adm.per_ip_probe, &ip, "of health and metrics from this address") {
                 return (Ok(req.error_response(e).map_into_boxed_body()), false);
             }
@@ -251,7 +260,7 @@ async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>
         let e = ApiError::unavailable("this instance is at capacity, retry shortly", 1);
         return (Ok(req.error_response(e).map_into_boxed_body()), false);
     }
-    if let Err(e) = adm.check_ip(req.peer_addr().map(|a| a.ip())) {
+    if let Err(e) = adm.check_ip(adm.client(&req)) {
         return (Ok(req.error_response(e).map_into_boxed_body()), false);
     }
     (next.call(req).await.map(|r| r.map_into_boxed_body()), true)

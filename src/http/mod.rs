@@ -7,6 +7,7 @@ pub mod admission;
 pub mod admit_admin;
 pub mod auth;
 pub mod challenge;
+pub mod client_addr;
 pub mod console;
 pub mod doc_headers;
 pub mod doc_links;

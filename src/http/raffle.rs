@@ -72,7 +72,7 @@ pub struct MyEntry {
     responses((status = 201, description = "entered", body = MyEntry),
         (status = 200, description = "the caller had entered already (one entry per shopper)", body = MyEntry),
         BadRequest, Unauthorized,
-        (status = 403, body = ErrorBody, description = "forbidden; proof_of_work_required, proof_of_work_invalid"),
+        (status = 403, body = ErrorBody, description = "forbidden; address_cap_reached (the sale's cap on one client address); proof_of_work_required, proof_of_work_invalid"),
         VoucherNotFound,
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_raffle, raffle_closed (past draw_at)"),
         RateLimited, Unavailable))]
@@ -98,10 +98,17 @@ pub async fn enter_raffle(
             super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
         }
     }
-    let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id).await? {
+    let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
+    let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id, cap.as_ref()).await? {
         Entered::New(_) => StatusCode::CREATED,
         Entered::Already(_) => StatusCode::OK,
         Entered::Closed => return Err(closed()),
+        Entered::AddressCap => {
+            return Err(super::client_addr::cap_reached(
+                flash.address_cap.unwrap_or(0),
+                "entries",
+            ))
+        }
     };
     Ok(HttpResponse::build(code).json(mine(&state, id, caller.user_id, &flash).await?))
 }

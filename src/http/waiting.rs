@@ -1,6 +1,7 @@
 //! The waiting room of a `queue` sale: joining and polling a place (`src/admit`).
 use super::auth::Shopper;
 use super::challenge::{first_proof, proof_of_work, sale, Proof};
+use super::client_addr::{cap_of, cap_reached};
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
@@ -173,7 +174,7 @@ async fn status(
     responses((status = 201, description = "joined: the new place (before `begin_at`: drawn at the start)", body = QueueStatus),
         (status = 200, description = "the caller's place already (one place per shopper)", body = QueueStatus),
         BadRequest, Unauthorized,
-        (status = 403, body = ErrorBody, description = "forbidden; proof_of_work_required, proof_of_work_invalid \
+        (status = 403, body = ErrorBody, description = "forbidden; address_cap_reached (the sale's cap on one client address); proof_of_work_required, proof_of_work_invalid \
             (wrong, another sale's or shopper's, expired, or below the sale's difficulty)"),
         VoucherNotFound,
         (status = 409, body = ErrorBody, description = "not_a_flash_sale, not_a_queue, sale_ended"),
@@ -205,13 +206,15 @@ pub async fn join_queue(
             Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
         }
     }
-    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at)
+    let cap = cap_of(&req, &state.settings.trusted_proxies, &flash);
+    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at, cap.as_ref())
         .await?
-        .map_err(|queue::Sealing| {
-            ApiError::unavailable(
+        .map_err(|refused| match refused {
+            queue::NotJoined::Sealing => ApiError::unavailable(
                 "the sale has begun and its early arrivals are being given their places: try again in a moment",
                 1,
-            )
+            ),
+            queue::NotJoined::AddressCap => cap_reached(flash.address_cap.unwrap_or(0), "places"),
         })?;
     let status = status(&state, &voucher, &flash, caller.user_id, joined.place).await?;
     let code = if joined.new {

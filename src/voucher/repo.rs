@@ -6,7 +6,7 @@ use sqlx::{postgres::PgRow, PgExecutor, Row};
 
 const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
         v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards,
-        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty,
+        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty, s.address_cap,
         (q.paused_secs * 1000)::bigint AS queue_paused_ms
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
         LEFT JOIN admission_queues q ON q.voucher_id = v.id";
@@ -33,6 +33,7 @@ fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
             turn_secs: row.try_get("turn_secs")?,
             draw_at: row.try_get("draw_at")?,
             pow_difficulty: row.try_get::<Option<i32>, _>("pow_difficulty")?.unwrap_or(0),
+            address_cap: row.try_get("address_cap")?,
             queue_paused_ms: row.try_get::<Option<i64>, _>("queue_paused_ms")?.unwrap_or(0),
         }),
         _ => None,
@@ -68,8 +69,8 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
     if let Some(f) = &v.flash {
         sqlx::query(
             "INSERT INTO seckill_vouchers (voucher_id, stock, total_stock, begin_at, end_at, stock_shards,
-                                           admission, turn_secs, draw_at, pow_difficulty)
-             VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                           admission, turn_secs, draw_at, pow_difficulty, address_cap)
+             VALUES ($1, $2, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(id)
         .bind(f.stock)
@@ -80,6 +81,7 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
         .bind(f.turn_secs)
         .bind(f.draw_at)
         .bind(f.pow_difficulty)
+        .bind(f.address_cap)
         .execute(&mut *tx)
         .await?;
         match f.admission {

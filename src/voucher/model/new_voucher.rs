@@ -83,6 +83,7 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "draw_at": {"type": "null"},
                                 "pow_difficulty": {"type": "null"},
                                 "beacon": {"type": "null"},
+                                "address_cap": {"type": "null"},
                             },
                         },
                         {
@@ -117,6 +118,12 @@ impl utoipa::PartialSchema for NewVoucher {
                                                    "description": "joining the queue or entering the raffle needs \
                                                                    an ALTCHA proof of work of this `maxnumber` \
                                                                    (default 0: none); ignored for `first_come`"},
+                                "address_cap": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
+                                                "maximum": MAX_ADDRESS_CAP,
+                                                "description": "the queue's places or the raffle's entries one \
+                                                                client address may take (default: no cap; the \
+                                                                address is the one SECKILL_TRUSTED_PROXIES \
+                                                                lets the service see); ignored for `first_come`"},
                                 "beacon": {"type": ["object", "null"],
                                            "description": "the public randomness a raffle draws with: a drand \
                                                            chain (default: the League of Entropy's quicknet) and \
@@ -184,6 +191,9 @@ impl NewVoucher {
             .map(|v| whole(v, "pow_difficulty", 0, MAX_DIFFICULTY))
             .transpose()?;
         let beacon = optional(obj, "beacon");
+        let address_cap = optional(obj, "address_cap")
+            .map(|v| whole(v, "address_cap", 1, MAX_ADDRESS_CAP))
+            .transpose()?;
         let admission_given = [
             ("admission", admission.is_some()),
             ("admit_rate", admit_rate.is_some()),
@@ -191,6 +201,7 @@ impl NewVoucher {
             ("draw_at", draw_at.is_some()),
             ("pow_difficulty", pow_difficulty.is_some()),
             ("beacon", beacon.is_some()),
+            ("address_cap", address_cap.is_some()),
         ];
         let mut raffle_beacon = None;
         let flash = match (stock, begin_at, end_at) {
@@ -250,6 +261,11 @@ impl NewVoucher {
                         0
                     },
                     queue_paused_ms: 0,
+                    address_cap: if admission.gated() {
+                        address_cap.map(|c| c as i32)
+                    } else {
+                        None
+                    },
                 })
             }
         };
@@ -266,6 +282,8 @@ impl NewVoucher {
     }
 }
 
+/// The largest per-address cap.
+const MAX_ADDRESS_CAP: i64 = 1_000_000;
 /// The latest genesis a chain may name (2100-01-01).
 const MAX_GENESIS: i64 = 4_102_444_800;
 /// The largest round a raffle may name.

@@ -41,6 +41,10 @@ pub struct FlashSale {
     /// this `maxnumber` (0: none).
     #[schema(required = false, minimum = 0, maximum = 10_000_000)]
     pub pow_difficulty: i32,
+    /// A queue's places or a raffle's entries one client address may take (none: no cap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, minimum = 1, maximum = 1_000_000)]
+    pub address_cap: Option<i32>,
     /// A queue's pauses that ended, in total (ms): turns last that much longer
     /// than their admission tokens first said (`crate::admit::token`).
     #[serde(skip)]

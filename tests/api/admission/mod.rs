@@ -12,6 +12,8 @@
 //!   entries and beacon round; winners order, others are told.
 //! - `operator.rs`: an operator who knows the seed and the key cannot steer the
 //!   draw; `seckill raffle verify` recomputes it and catches a swapped winner.
+//! - `addresses.rs`: a sale's cap on places and entries per client address,
+//!   also under concurrency and behind trusted proxies.
 //! - `held.rs`: while the draw's or the seal's lock is held, every request is
 //!   answered at once (the result, or 503).
 //! - `entries.rs`: one entry for a shopper entering twice at once; a draw
@@ -23,6 +25,7 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+mod addresses;
 mod crash;
 mod entries;
 mod held;
