@@ -14,6 +14,8 @@
 //!   draw; `seckill raffle verify` recomputes it and catches a swapped winner.
 //! - `addresses.rs`: a sale's cap on places and entries per client address,
 //!   also under concurrency and behind trusted proxies.
+//! - `relay.rs`: with `SECKILL_BEACON_URL`, the round is fetched from a drand
+//!   relay (the test's own) and the raffle drawn with nobody submitting it.
 //! - `held.rs`: while the draw's or the seal's lock is held, every request is
 //!   answered at once (the result, or 503).
 //! - `entries.rs`: one entry for a shopper entering twice at once; a draw
@@ -33,6 +35,7 @@ mod operator;
 mod pow;
 mod queue;
 mod raffle;
+mod relay;
 mod tokens;
 
 /// A sale of `admission` (with `extra` fields) over `begin..end`.
