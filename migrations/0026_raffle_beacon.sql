@@ -8,6 +8,9 @@ ALTER TABLE raffles
     ADD COLUMN beacon_genesis BIGINT,
     ADD COLUMN beacon_period  INT CHECK (beacon_period > 0),
     ADD COLUMN beacon_round   BIGINT CHECK (beacon_round > 0),
+    -- The round named at creation, when the close had to move it (a close that
+    -- ran once that round was public: see src/admit/draw.rs); NULL otherwise.
+    ADD COLUMN beacon_named_round BIGINT,
     -- When the entries were closed: `entries`, `list_hash` and `winners` (the
     -- sale's total stock then, or fewer entries) are fixed from here.
     ADD COLUMN closed_at      TIMESTAMPTZ;
@@ -23,10 +26,6 @@ UPDATE raffles r
   FROM seckill_vouchers s
  WHERE s.voucher_id = r.voucher_id AND r.drawn_at IS NULL;
 
--- A raffle with a beacon is drawn only after its close. An older binary draws
--- without closing first (and by the seed alone): its draw fails here instead.
-ALTER TABLE raffles ADD CONSTRAINT raffles_drawn_after_close
-    CHECK (drawn_at IS NULL OR beacon_round IS NULL OR closed_at IS NOT NULL);
 
 -- The round's signature, as anyone submitted it (or the service fetched it), once
 -- verified against the raffle's chain; `randomness` = hex(sha256(signature)).
@@ -39,6 +38,22 @@ CREATE TABLE raffle_beacons (
     randomness  TEXT NOT NULL,
     received_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
 );
+
+-- A raffle with a beacon is drawn only with its round's signature in. An older
+-- binary draws without one (by the seed alone): its draw fails here instead.
+CREATE FUNCTION raffle_drawn_with_its_beacon() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.drawn_at IS NOT NULL AND OLD.drawn_at IS NULL AND NEW.beacon_round IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM raffle_beacons b
+                        WHERE b.voucher_id = NEW.voucher_id AND b.round = NEW.beacon_round) THEN
+        RAISE EXCEPTION 'raffle % is drawn with its beacon round %, which is not in', NEW.voucher_id, NEW.beacon_round
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER raffle_drawn_with_its_beacon BEFORE UPDATE OF drawn_at ON raffles
+    FOR EACH ROW EXECUTE FUNCTION raffle_drawn_with_its_beacon();
 
 -- The background close and draw find their work without reading every raffle.
 CREATE INDEX raffles_undrawn_idx ON raffles (voucher_id) WHERE drawn_at IS NULL;

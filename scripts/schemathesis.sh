@@ -67,11 +67,28 @@ sale() { # admission, extra JSON fields
 ST_POW_SALE=$(sale queue ', "pow_difficulty": 1000')
 ST_QUEUE_SALE=$(sale queue '')
 ST_RAFFLE_SALE=$(sale raffle ", \"draw_at\": \"$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)\"")
-export ST_POW_SALE ST_QUEUE_SALE ST_RAFFLE_SALE
+# A raffle whose beacon round has a signature known in advance, so that submitting
+# it (POST .../raffle/beacon) can succeed: quicknet's key and round 123 (its
+# signature is public, src/admit/beacon.rs's test), with the chain's genesis moved
+# so that round 123 comes 25 s from now, after the draw 5 s from now. The hooks
+# send the beacon operation's valid cases to it, with that round and signature.
+ST_BEACON_ROUND=123
+ST_BEACON_SIGNATURE=b75c69d0b72a5d906e854e808ba7e2accb1542ac355ae486d591aa9d43765482e26cd02df835d3546d23c4b13e0dfc92
+QUICKNET_KEY=83cf0f2896adee7eb8b5f01fcad3912212c437e0073e911fb90022d3e760183c8c4b450b6a0a6c3ac6a5776a2d1064510d1fec758c921cc22b0e17e63aaf4bcb5ed66304de9cf809bd274ca73bab4af5a6e9c76a4bc09e76eae8991ef5ece45a
+ST_BEACON_SALE=$(sale raffle ", \"draw_at\": \"$(date -u -d '+5 sec' +%Y-%m-%dT%H:%M:%SZ)\",
+  \"beacon\": {\"public_key\": \"$QUICKNET_KEY\", \"genesis_time\": $(($(date +%s) + 25 - 122 * 3)),
+                \"period\": 3, \"round\": $ST_BEACON_ROUND}")
+export ST_POW_SALE ST_QUEUE_SALE ST_RAFFLE_SALE ST_BEACON_SALE ST_BEACON_ROUND ST_BEACON_SIGNATURE
 # The shopper schemathesis calls as has joined the queue and entered the raffle,
 # so that its place and its entry are there to read from the start.
 curl -fsS -o /dev/null -X POST "$BASE_URL/api/v1/vouchers/$ST_QUEUE_SALE/queue" -H "Authorization: Bearer $SHOPPER"
 curl -fsS -o /dev/null -X POST "$BASE_URL/api/v1/vouchers/$ST_RAFFLE_SALE/raffle/entries" -H "Authorization: Bearer $SHOPPER"
+
+# The beacon's raffle closed (its entries fixed): its round may be submitted.
+for _ in $(seq 1 300); do
+  curl -fsS "$BASE_URL/api/v1/vouchers/$ST_BEACON_SALE/raffle" | grep -q '"status":"awaiting_beacon"' && break
+  sleep 0.1
+done
 
 # From the temporary directory: schemathesis keeps a cache in the working directory.
 cd "$SERVER_TMP"

@@ -14,8 +14,11 @@ challenge, queue and raffle) find one only when the id names it: schemathesis.sh
 makes a queue sale asking a proof of work (for the challenge), one asking none
 (for the queue) and a raffle sale, and names them in ST_POW_SALE, ST_QUEUE_SALE
 and ST_RAFFLE_SALE, and a case meant as valid whose generated id is a valid one (a
-positive 64-bit integer) is sent to that sale. Everything else, including every deliberately
-invalid body or id, is sent as generated.
+positive 64-bit integer) is sent to that sale. A beacon submission meant as valid
+goes to a raffle schemathesis.sh made with a round whose signature is known
+(ST_BEACON_SALE), with that round and signature: a generated signature never
+verifies. Everything else, including every deliberately invalid body or id, is
+sent as generated.
 """
 import os
 import re
@@ -81,7 +84,18 @@ def _raffle_draw(body):
             body["begin_at"] = now.replace(microsecond=0).isoformat()
 
 
+_BEACON_PATH = "/api/v1/vouchers/{id}/raffle/beacon"
+
+def _beacon(body):
+    """A valid beacon submission names the round whose signature is known (the
+    raffle schemathesis.sh made for it): a random signature never verifies."""
+    if isinstance(body, dict) and os.environ.get("ST_BEACON_SIGNATURE"):
+        body["round"] = int(os.environ["ST_BEACON_ROUND"])
+        body["signature"] = os.environ["ST_BEACON_SIGNATURE"]
+
+
 _SALES = (
+    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle/beacon$"), "ST_BEACON_SALE"),
     (re.compile(r"^/api/v1/vouchers/\{id\}/challenge$"), "ST_POW_SALE"),
     (re.compile(r"^/api/v1/vouchers/\{id\}/queue(/.*)?$"), "ST_QUEUE_SALE"),
     (re.compile(r"^/api/v1/vouchers/\{id\}/raffle(/.*)?$"), "ST_RAFFLE_SALE"),
@@ -129,6 +143,8 @@ def map_case(context, case):
     _unique_key(case)
     _admission_sale(context, case)
     body = case.body
+    if context.operation is not None and context.operation.path == _BEACON_PATH:
+        _beacon(body)
     if context.operation is None or context.operation.path != "/api/v1/admin/vouchers":
         return case
     if not isinstance(body, dict):

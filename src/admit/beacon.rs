@@ -23,6 +23,11 @@ pub const QUICKNET_PERIOD: i32 = 3;
 pub const QUICKNET_HASH: &str = "52db9ba70e0cc0f6eaf7803dd07447a1f5477735fd3f661792ba94600c84e971";
 /// The longest period a chain may have (a day).
 pub const MAX_PERIOD: i32 = 86_400;
+/// How long after the entries close the round must be published, at least: the
+/// close (fixing the entry list) comes first, with room for a slow close and
+/// for clocks. A close that finds the round about to be published moves the
+/// raffle to the first round this long after it ([`crate::admit::draw`]).
+pub const MARGIN_SECS: i64 = 10;
 
 /// A beacon chain: whose signatures count.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -68,9 +73,25 @@ impl Chain {
         since / i64::from(self.period.max(1)) + 2
     }
 
-    /// The key, checked to be a point of G2's prime-order subgroup.
+    /// The first round published at `t` or later.
+    pub fn first_round_from(&self, t: DateTime<Utc>) -> i64 {
+        let secs = t.timestamp() + i64::from(t.timestamp_subsec_nanos() > 0);
+        let since = secs - self.genesis_time;
+        if since <= 0 {
+            return 1;
+        }
+        let period = i64::from(self.period.max(1));
+        (since + period - 1) / period + 1
+    }
+
+    /// The key, checked to be a point of G2's prime-order subgroup, and not the
+    /// identity (whose "signature" of every round is the identity of G1: known to
+    /// anyone in advance).
     fn key(&self) -> Result<G2PubkeyRfc, BadBeacon> {
         let bytes = hex::decode(&self.public_key).map_err(|_| BadBeacon::Key)?;
+        if bytes.first() == Some(&0xc0) && bytes[1..].iter().all(|b| *b == 0) {
+            return Err(BadBeacon::Key);
+        }
         G2PubkeyRfc::from_variable(&bytes).map_err(|_| BadBeacon::Key)
     }
 
@@ -139,6 +160,12 @@ mod tests {
             ..Chain::quicknet()
         };
         assert_eq!(bad.check(), Err(BadBeacon::Key));
+        // The identity of G2 is a point, and would make every round known.
+        let identity = Chain {
+            public_key: format!("c0{}", "00".repeat(95)),
+            ..Chain::quicknet()
+        };
+        assert_eq!(identity.check(), Err(BadBeacon::Key));
     }
 
     #[test]

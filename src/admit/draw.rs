@@ -20,7 +20,7 @@
 //! [`settle_due`] runs both for every raffle due, on a tick of every instance;
 //! a submission also starts them at once. Where `SECKILL_BEACON_URL` names a
 //! drand HTTP relay, [`fetch_due`] asks it for rounds due and submits them.
-use super::beacon::Chain;
+use super::beacon::{Chain, MARGIN_SECS};
 use super::rule::score_prefix;
 use anyhow::{Context, Result};
 use sqlx::{PgPool, Row};
@@ -28,8 +28,9 @@ use sqlx::{PgPool, Row};
 /// What a submitted signature did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Submitted {
-    /// Verified and stored (now or before): the draw follows.
-    Accepted,
+    /// Verified and stored (`new`: by this call; false: the same signature was
+    /// in already): the draw follows.
+    Accepted { new: bool },
     /// Entries are still open (before `draw_at`).
     Open,
     /// Not the round the sale named (which is this).
@@ -67,8 +68,23 @@ async fn committed(pg: &PgPool, voucher: i64) -> Result<Option<(Chain, i64, bool
     Ok(Some((chain, round, r.try_get("due")?)))
 }
 
-/// Verifies `signature` (hex) as the raffle's round and stores it.
+/// Verifies `signature` (hex) as the raffle's round and stores it. A signature
+/// stored already is compared, not verified again (a round has one signature):
+/// a crowd replaying it costs no pairing.
 pub async fn submit(pg: &PgPool, voucher: i64, round: i64, signature: &str) -> Result<Submitted> {
+    let sig = signature.to_ascii_lowercase();
+    let stored: Option<(i64, String)> =
+        sqlx::query_as("SELECT round, signature FROM raffle_beacons WHERE voucher_id = $1")
+            .bind(voucher)
+            .fetch_optional(pg)
+            .await?;
+    if let Some((stored_round, stored_sig)) = stored {
+        return Ok(match (stored_round == round, stored_sig == sig) {
+            (true, true) => Submitted::Accepted { new: false },
+            (true, false) => Submitted::BadSignature,
+            (false, _) => Submitted::WrongRound(stored_round),
+        });
+    }
     let Some((chain, committed, due)) = committed(pg, voucher).await? else {
         return Ok(Submitted::WithoutBeacon);
     };
@@ -78,13 +94,12 @@ pub async fn submit(pg: &PgPool, voucher: i64, round: i64, signature: &str) -> R
     if round != committed {
         return Ok(Submitted::WrongRound(committed));
     }
-    let sig = signature.to_ascii_lowercase();
     let checked = sig.clone();
     // A pairing: milliseconds of CPU, off the async workers.
     let Ok(randomness) = tokio::task::spawn_blocking(move || chain.verify(round, &checked)).await? else {
         return Ok(Submitted::BadSignature);
     };
-    sqlx::query(
+    let made = sqlx::query(
         "INSERT INTO raffle_beacons (voucher_id, round, signature, randomness) VALUES ($1, $2, $3, $4)
          ON CONFLICT (voucher_id) DO NOTHING",
     )
@@ -93,8 +108,9 @@ pub async fn submit(pg: &PgPool, voucher: i64, round: i64, signature: &str) -> R
     .bind(&sig)
     .bind(&randomness)
     .execute(pg)
-    .await?;
-    Ok(Submitted::Accepted)
+    .await?
+    .rows_affected();
+    Ok(Submitted::Accepted { new: made == 1 })
 }
 
 /// Closes and draws every raffle that is due (each as far as it can go now);
@@ -104,7 +120,7 @@ pub async fn settle_due(pg: &PgPool) -> Result<()> {
         "SELECT r.voucher_id, r.closed_at IS NOT NULL, b.voucher_id IS NOT NULL
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
-          WHERE r.drawn_at IS NULL AND r.beacon_round IS NOT NULL AND s.draw_at <= clock_timestamp()
+          WHERE r.drawn_at IS NULL AND s.draw_at <= clock_timestamp()
             AND (r.closed_at IS NULL OR b.voucher_id IS NOT NULL)",
     )
     .fetch_all(pg)
@@ -126,13 +142,21 @@ pub async fn settle(pg: &PgPool, voucher: i64) -> Result<()> {
 
 /// Fixes the entry list, its hash and the number of winners, if `draw_at` has
 /// passed and nobody has (or is): true if this call closed it.
+///
+/// The round must still be unpublished when the list is fixed. A close that
+/// runs within two seconds of the round's time (a close held up: a stalled
+/// entry, every instance down) moves the raffle to the chain's first round
+/// [`MARGIN_SECS`] after now, and says so (`beacon_named_round` keeps the round
+/// named at creation; the summary and `seckill raffle verify` show both). A
+/// raffle an older binary created without a beacon gets quicknet's first such
+/// round.
 pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     let mut tx = pg.begin().await?;
     // A large raffle must not be cut short and retried forever; nobody waits on it.
     sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
     let mine: Option<i64> = sqlx::query_scalar(
         "SELECT voucher_id FROM raffles
-          WHERE voucher_id = $1 AND closed_at IS NULL AND drawn_at IS NULL AND beacon_round IS NOT NULL
+          WHERE voucher_id = $1 AND closed_at IS NULL AND drawn_at IS NULL
           FOR NO KEY UPDATE SKIP LOCKED",
     )
     .bind(voucher)
@@ -141,11 +165,10 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     if mine.is_none() {
         return Ok(false);
     }
-    let due: bool =
-        sqlx::query_scalar("SELECT clock_timestamp() >= draw_at FROM seckill_vouchers WHERE voucher_id = $1")
-            .bind(voucher)
-            .fetch_one(&mut *tx)
-            .await?;
+    let due: bool = sqlx::query_scalar("SELECT clock_timestamp() >= draw_at FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_one(&mut *tx)
+        .await?;
     if !due {
         return Ok(false);
     }
@@ -166,6 +189,7 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
         .fetch_one(&mut *tx)
         .await?;
     let winners = count.min(i64::from(stock.max(0)));
+    let moved = unpublished_round(&mut tx, voucher).await?;
     sqlx::query(
         "UPDATE raffles SET closed_at = clock_timestamp(), entries = $2, list_hash = $3, winners = $4
           WHERE voucher_id = $1",
@@ -178,7 +202,68 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     .await?;
     tx.commit().await?;
     tracing::info!(voucher_id = voucher, entries = count, winners, list_hash = %list, "raffle entries closed");
+    if let Some((from, to)) = moved {
+        tracing::warn!(
+            voucher_id = voucher,
+            named_round = ?from,
+            round = to,
+            "raffle closed too late for the round it named: it draws with a later round"
+        );
+    }
     Ok(true)
+}
+
+/// Makes sure the raffle's round is still unpublished (by Postgres's clock, two
+/// seconds to spare), moving it to the first round [`MARGIN_SECS`] from now if
+/// not, or naming quicknet's for a raffle without a beacon. Some((named, new))
+/// if it moved. In the close's transaction, the raffle's row held.
+async fn unpublished_round(tx: &mut sqlx::PgConnection, voucher: i64) -> Result<Option<(Option<i64>, i64)>> {
+    let r = sqlx::query(
+        "SELECT beacon_key, beacon_genesis, beacon_period, beacon_round, clock_timestamp() AS now
+           FROM raffles WHERE voucher_id = $1",
+    )
+    .bind(voucher)
+    .fetch_one(&mut *tx)
+    .await?;
+    let now: chrono::DateTime<chrono::Utc> = r.try_get("now")?;
+    let named: Option<i64> = r.try_get("beacon_round")?;
+    let chain = match (
+        r.try_get::<Option<String>, _>("beacon_key")?,
+        r.try_get::<Option<i64>, _>("beacon_genesis")?,
+        r.try_get::<Option<i32>, _>("beacon_period")?,
+    ) {
+        (Some(public_key), Some(genesis_time), Some(period)) => Chain {
+            public_key,
+            genesis_time,
+            period,
+        },
+        _ => Chain::quicknet(),
+    };
+    if let Some(round) = named {
+        if chain.round_at(round) > now + chrono::Duration::seconds(2) {
+            return Ok(None);
+        }
+    }
+    let round = chain.first_round_from(now + chrono::Duration::seconds(MARGIN_SECS));
+    sqlx::query(
+        "UPDATE raffles SET beacon_key = $2, beacon_genesis = $3, beacon_period = $4, beacon_round = $5,
+                beacon_named_round = coalesce(beacon_named_round, beacon_round)
+          WHERE voucher_id = $1",
+    )
+    .bind(voucher)
+    .bind(&chain.public_key)
+    .bind(chain.genesis_time)
+    .bind(chain.period)
+    .bind(round)
+    .execute(&mut *tx)
+    .await?;
+    // A signature of the round given up (submitted before the close) draws nothing.
+    sqlx::query("DELETE FROM raffle_beacons WHERE voucher_id = $1 AND round <> $2")
+        .bind(voucher)
+        .bind(round)
+        .execute(&mut *tx)
+        .await?;
+    Ok(Some((named, round)))
 }
 
 /// Draws the raffle if it is closed, its beacon is in and nobody has drawn it
@@ -188,7 +273,7 @@ pub async fn draw(pg: &PgPool, voucher: i64) -> Result<bool> {
     sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
     let r = sqlx::query(
         "SELECT r.seed, r.list_hash, r.winners, b.randomness
-           FROM raffles r JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
+           FROM raffles r JOIN raffle_beacons b ON b.voucher_id = r.voucher_id AND b.round = r.beacon_round
           WHERE r.voucher_id = $1 AND r.closed_at IS NOT NULL AND r.drawn_at IS NULL
           FOR NO KEY UPDATE OF r SKIP LOCKED",
     )
@@ -255,15 +340,22 @@ pub async fn fetch_due(pg: &PgPool, http: &reqwest::Client, base: &str) -> Resul
             anyhow::Ok(sig)
         }
         .await;
-        match answer {
-            Ok(sig) => match submit(pg, voucher, round, &sig).await? {
-                Submitted::Accepted => {
+        // One raffle's failure does not keep the others from their rounds.
+        let done = async {
+            match submit(pg, voucher, round, &answer?).await? {
+                Submitted::Accepted { .. } => {
                     tracing::info!(voucher_id = voucher, round, "beacon round fetched");
-                    settle(pg, voucher).await?;
+                    settle(pg, voucher).await
                 }
-                other => tracing::warn!(voucher_id = voucher, round, ?other, "the relay's round was refused"),
-            },
-            Err(e) => tracing::debug!(voucher_id = voucher, round, error = %e, "beacon round not fetched"),
+                other => {
+                    tracing::warn!(voucher_id = voucher, round, ?other, "the relay's round was refused");
+                    Ok(())
+                }
+            }
+        }
+        .await;
+        if let Err(e) = done {
+            tracing::debug!(voucher_id = voucher, round, error = %e, "beacon round not fetched");
         }
     }
     Ok(())

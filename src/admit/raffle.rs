@@ -88,6 +88,21 @@ async fn try_enter(
     cap: Option<&Cap>,
 ) -> Result<Entered, sqlx::Error> {
     let entry = entry.to_owned();
+    // Without a lock first: entered already, or closed by Postgres's clock, takes
+    // no share lock (a stream of them would keep the close from the row).
+    let open_now: Option<bool> = sqlx::query_scalar(
+        "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
+           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
+    )
+    .bind(voucher)
+    .fetch_optional(pg)
+    .await?;
+    if open_now != Some(true) {
+        return Ok(match entry_of_user(pg, voucher, user).await? {
+            Some(e) => Entered::Already(e),
+            None => Entered::Closed,
+        });
+    }
     let mut tx = pg.begin().await?;
     // Without waiting: only the close and the draw hold the row exclusively, and
     // both run past draw_at, when entries are closed.
@@ -178,6 +193,10 @@ pub struct Summary {
     pub beacon: Option<Beacon>,
     /// Whether `beacon` is the League of Entropy's quicknet chain.
     pub beacon_is_quicknet: Option<bool>,
+    /// The round named at the sale's creation, if the close had to move it to
+    /// `beacon.round` (it ran when that round was about to be published; null
+    /// otherwise).
+    pub beacon_named_round: Option<i64>,
     /// The round's signature and its randomness (hex), once submitted and verified.
     pub signature: Option<String>,
     pub randomness: Option<String>,
@@ -198,9 +217,10 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
                 r.closed_at, r.winners, r.list_hash, clock_timestamp() >= s.draw_at AS due,
                 coalesce(r.entries::bigint,
                          (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id)) AS entries,
-                r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, b.signature, b.randomness
+                r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, r.beacon_named_round,
+                b.signature, b.randomness
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
-           LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
+           LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id AND b.round = r.beacon_round
           WHERE r.voucher_id = $1",
     )
     .bind(voucher)
@@ -244,6 +264,7 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
         list_hash: r.try_get("list_hash")?,
         winners: r.try_get("winners")?,
         beacon_is_quicknet: beacon.as_ref().map(|b| b.chain.is_quicknet()),
+        beacon_named_round: r.try_get("beacon_named_round")?,
         rule: if beacon.is_some() { RULE } else { RULE_WITHOUT_BEACON },
         beacon,
         signature,

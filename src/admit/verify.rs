@@ -16,6 +16,8 @@ pub struct Verified {
     pub winners: usize,
     /// The chain and round, if the raffle drew with a beacon.
     pub beacon: Option<(Chain, i64)>,
+    /// The round named at creation, if the close moved it.
+    pub named_round: Option<i64>,
 }
 
 impl std::fmt::Display for Verified {
@@ -36,6 +38,15 @@ impl std::fmt::Display for Verified {
                 chain.public_key
             ),
             None => write!(f, "; drawn before beacons, by the seed alone"),
+        }?;
+        match self.named_round {
+            Some(named) => write!(
+                f,
+                " (the sale named round {named}; its entries closed too late for it, and it moved to the first \
+                 round {} s after the close)",
+                super::beacon::MARGIN_SECS
+            ),
+            None => Ok(()),
         }
     }
 }
@@ -108,6 +119,13 @@ pub async fn verify(base: &str, voucher: i64) -> Result<Verified> {
             "round {round} was published at {}, not after draw_at {draw_at}",
             chain.round_at(round)
         );
+        // The list was fixed before the round was published.
+        let closed_at: chrono::DateTime<chrono::Utc> = text(&s, "closed_at")?.parse().context("closed_at")?;
+        ensure!(
+            closed_at < chain.round_at(round),
+            "the entries closed at {closed_at}, not before round {round} was published ({})",
+            chain.round_at(round)
+        );
         let randomness = chain
             .verify(round, text(&s, "signature")?)
             .map_err(|e| anyhow::anyhow!("the published signature: {e}"))?;
@@ -153,5 +171,6 @@ pub async fn verify(base: &str, voucher: i64) -> Result<Verified> {
         entries: names.len(),
         winners: k,
         beacon: beacon.map(|(c, r, _)| (c, r)),
+        named_round: s["beacon_named_round"].as_i64(),
     })
 }

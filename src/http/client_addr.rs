@@ -16,9 +16,25 @@ pub fn cap_of(
     let cap = flash.address_cap?;
     let addr = client_addr(req.peer_addr().map(|a| a.ip()), req.headers(), trusted)?;
     Some(crate::admit::addresses::Cap {
-        addr: addr.to_string(),
+        addr: cap_key(addr),
         cap,
     })
+}
+
+/// What a per-address cap counts: an IPv4 address (also written IPv4-mapped), or
+/// an IPv6 address's /64 (one subscriber's network: its host bits are theirs to
+/// rotate).
+pub fn cap_key(addr: IpAddr) -> String {
+    match addr {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let net = ipnet::Ipv6Net::new(v6, 64).map(|n| n.trunc()).unwrap_or_else(|_| v6.into());
+                net.to_string()
+            }
+        },
+    }
 }
 
 /// 403 `address_cap_reached`.
@@ -94,6 +110,14 @@ mod tests {
             client_addr(ip("10.1.1.1"), &headers(&["1.2.3.4, junk"]), &trusted),
             ip("10.1.1.1")
         );
+        // A cap counts an IPv6 client's /64, and an IPv4-mapped address as IPv4.
+        assert_eq!(cap_key("2001:db8:1:2:aaaa::1".parse().unwrap()), "2001:db8:1:2::/64");
+        assert_eq!(
+            cap_key("2001:db8:1:2:bbbb::9".parse().unwrap()),
+            cap_key("2001:db8:1:2:aaaa::1".parse().unwrap())
+        );
+        assert_eq!(cap_key("::ffff:192.0.2.5".parse().unwrap()), "192.0.2.5");
+        assert_eq!(cap_key("192.0.2.5".parse().unwrap()), "192.0.2.5");
         // Nothing trusted: the peer, always.
         assert_eq!(client_addr(ip("10.1.1.1"), &headers(&["1.2.3.4"]), &[]), ip("10.1.1.1"));
     }

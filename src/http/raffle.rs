@@ -87,16 +87,18 @@ pub async fn enter_raffle(
     let flash = raffle_sale(&state, id).await?;
     // A proof of work sent is checked first: a forged one costs no query.
     let proof = super::challenge::first_proof(&req, &state, id, caller.user_id, &flash)?;
-    let had = raffle::mine(&state.pg, id, caller.user_id).await?;
-    if had.is_none() {
-        if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
-            return Err(closed());
-        }
-        match proof {
-            super::challenge::Proof::Good => {}
-            super::challenge::Proof::Stale(refused) => return Err(refused),
-            super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
-        }
+    // Entered already: the entry, with no lock taken (a crowd of repeat entries
+    // must not hold the raffle's row against its close).
+    if raffle::mine(&state.pg, id, caller.user_id).await?.is_some() {
+        return Ok(HttpResponse::Ok().json(mine(&state, id, caller.user_id, &flash).await?));
+    }
+    if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
+        return Err(closed());
+    }
+    match proof {
+        super::challenge::Proof::Good => {}
+        super::challenge::Proof::Stale(refused) => return Err(refused),
+        super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
     }
     let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
     let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id, cap.as_ref()).await? {
@@ -306,8 +308,8 @@ pub async fn submit_beacon(
     let id = path_id(&path)?;
     let given = BeaconRound::parse(&body)?;
     raffle_sale(&state, id).await?;
-    match draw::submit(&state.pg, id, given.round, &given.signature).await? {
-        Submitted::Accepted => {}
+    let new = match draw::submit(&state.pg, id, given.round, &given.signature).await? {
+        Submitted::Accepted { new } => new,
         Submitted::Open => {
             return Err(ApiError::conflict(
                 "raffle_open",
@@ -333,15 +335,18 @@ pub async fn submit_beacon(
                 "this raffle was drawn before beacons, by its seed alone",
             ))
         }
-    }
+    };
     // The draw runs apart from this request (and from every other): one instance
-    // does it, the others skip it.
-    let pg = state.background_pg.clone();
-    tokio::spawn(async move {
-        if let Err(e) = draw::settle(&pg, id).await {
-            tracing::warn!(voucher_id = id, error = ?e, "raffle not drawn after its beacon; the next tick tries again");
-        }
-    });
+    // does it, the others skip it. Started once, by the submission that stored the
+    // signature (the background tick is there for the rest).
+    if new {
+        let pg = state.background_pg.clone();
+        tokio::spawn(async move {
+            if let Err(e) = draw::settle(&pg, id).await {
+                tracing::warn!(voucher_id = id, error = ?e, "raffle not drawn after its beacon; the next tick tries again");
+            }
+        });
+    }
     let summary = raffle::summary(&state.pg, id).await?;
     Ok(HttpResponse::Accepted().json(summary))
 }

@@ -211,7 +211,8 @@ pub async fn join_queue(
         .await?
         .map_err(|refused| match refused {
             queue::NotJoined::Sealing => ApiError::unavailable(
-                "the sale has begun and its early arrivals are being given their places: try again in a moment",
+                "the queue is busy (at the start, its early arrivals are being given their places): try again in \
+                 a moment",
                 1,
             ),
             queue::NotJoined::AddressCap => cap_reached(flash.address_cap.unwrap_or(0), "places"),

@@ -5,7 +5,7 @@ use super::limits::{
     MAX_TURN_SECS,
 };
 use super::voucher::FlashSale;
-use crate::admit::beacon::{Beacon, Chain, MAX_PERIOD};
+use crate::admit::beacon::{Beacon, Chain, MARGIN_SECS, MAX_PERIOD};
 use crate::admit::Mode;
 use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
 use serde_json::{json, Value};
@@ -127,8 +127,9 @@ impl utoipa::PartialSchema for NewVoucher {
                                 "beacon": {"type": ["object", "null"],
                                            "description": "the public randomness a raffle draws with: a drand \
                                                            chain (default: the League of Entropy's quicknet) and \
-                                                           its round, published after `draw_at` (default: the \
-                                                           first round after it); ignored for the other modes",
+                                                           its round, published at least 10 s after `draw_at` \
+                                                           (default: the first such round); ignored for the \
+                                                           other modes",
                                            "required": ["public_key", "genesis_time", "period"],
                                            "properties": {
                                                "public_key": {"type": "string", "pattern": "^[0-9a-f]{192}$",
@@ -141,7 +142,7 @@ impl utoipa::PartialSchema for NewVoucher {
                                                           "maximum": MAX_PERIOD, "description": "seconds between rounds"},
                                                "round": {"type": ["integer", "null"], "format": "int64",
                                                          "minimum": 1, "maximum": MAX_ROUND,
-                                                         "description": "published after `draw_at`"},
+                                                         "description": "published at least 10 s after `draw_at`"},
                                            }},
                             },
                         },
@@ -322,13 +323,16 @@ fn beacon_of(v: Option<&Value>, draw: chrono::DateTime<chrono::Utc>) -> Result<B
             (chain, round)
         }
     };
-    let first = chain.first_round_after(draw);
+    // Published at least MARGIN_SECS after the entries close.
+    let after = draw + chrono::Duration::seconds(MARGIN_SECS);
+    let first = chain.first_round_from(after);
     let round = round.unwrap_or(first);
-    if chain.round_at(round) <= draw {
+    if chain.round_at(round) < after {
         return Err(ValidationError::new(
             "beacon.round",
             format!(
-                "must be published after draw_at: round {round} is at {}, the first after draw_at is {first}",
+                "must be published at least {MARGIN_SECS} s after draw_at: round {round} is at {}, the first such \
+                 round is {first}",
                 chain.round_at(round).to_rfc3339()
             ),
         ));

@@ -91,7 +91,8 @@ async fn requests_are_answered_while_a_draw_holds_its_raffle() {
     // Closed in the background already, or not yet: either way, not drawn.
     let before = state().await;
     assert!(before.1.is_none());
-    let round = chain.first_round_after(draw_at);
+    let (_, summary) = app.get(&format!("/api/v1/vouchers/{held}/raffle"), None).await;
+    let round = summary["beacon"]["round"].as_i64().unwrap();
     let (status, body) = app
         .post(
             &format!("/api/v1/vouchers/{held}/raffle/beacon"),

@@ -7,6 +7,8 @@
 //! from the seed is not the draw; the winners follow the beacon's signature.
 //! `seckill raffle verify` and the test's own code recompute the draw, and the
 //! tool catches a winner the operator swaps in the database afterwards.
+//! `a_close_held_past_its_round_draws_with_a_later_round`: entries whose close is
+//! held up until the named round is about to be public are not drawn with it.
 use super::raffle::{enter, entry, published_entries, recompute};
 use super::*;
 use std::time::Duration;
@@ -61,7 +63,7 @@ async fn the_operator_who_knows_the_seed_and_the_secret_cannot_steer_the_raffle(
         refused["error"]["message"]
             .as_str()
             .unwrap_or("")
-            .starts_with("beacon.round: must be published after draw_at"),
+            .starts_with("beacon.round: must be published at least 10 s after draw_at"),
         "{refused}"
     );
     body["beacon"] = chain.field(None);
@@ -195,5 +197,62 @@ async fn the_operator_who_knows_the_seed_and_the_secret_cannot_steer_the_raffle(
     let (ok, said) = verify_tool(&app.addr, v).await;
     assert!(!ok, "a swapped winner went unseen: {said}");
     assert!(said.contains("not the rule's"), "{said}");
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_close_held_past_its_round_draws_with_a_later_round() {
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let chain = TestChain::fast();
+    let draw_at = Utc::now() + chrono::Duration::seconds(4);
+    let v = sale_with(
+        &app,
+        2,
+        draw_at,
+        draw_at + chrono::Duration::hours(1),
+        json!({"admission": "raffle", "draw_at": draw_at.to_rfc3339(), "beacon": chain.field(None)}),
+    )
+    .await;
+    for user in 1..=8 {
+        assert_eq!(enter(&app.addr, &app.shopper(user), v).await.0, StatusCode::CREATED);
+    }
+    let (_, s) = app.get(&format!("/api/v1/vouchers/{v}/raffle"), None).await;
+    let named = s["beacon"]["round"].as_i64().unwrap();
+    assert!(chain.round_at(named) >= draw_at.timestamp() + 10, "{s}");
+    // An entry stalled inside its transaction (as one that checked the clock just
+    // before draw_at would be) holds the close off until the round is a second
+    // from being published.
+    let mut stalled = app.pg().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM raffles WHERE voucher_id = $1 FOR SHARE")
+        .bind(v)
+        .execute(&mut *stalled)
+        .await
+        .unwrap();
+    let until = chrono::DateTime::from_timestamp(chain.round_at(named) - 1, 0).unwrap();
+    tokio::time::sleep((until - Utc::now()).to_std().unwrap_or_default()).await;
+    let (_, s) = app.get(&format!("/api/v1/vouchers/{v}/raffle"), None).await;
+    assert_eq!(s["status"], "closing", "{s}");
+    // The round named is published meanwhile; anyone could read it now.
+    let (status, early) = beacon(&app, v, named, &chain.sign(named)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{early}");
+    stalled.rollback().await.unwrap();
+    let closed = eventually(Duration::from_secs(30), || async {
+        let (_, s) = app.get(&format!("/api/v1/vouchers/{v}/raffle"), None).await;
+        (s["status"] == "awaiting_beacon").then_some(s)
+    })
+    .await
+    .expect("closed once let go, waiting for a later round");
+    assert_eq!(closed["beacon_named_round"], named, "{closed}");
+    let round = closed["beacon"]["round"].as_i64().unwrap();
+    let closed_at: chrono::DateTime<Utc> = closed["closed_at"].as_str().unwrap().parse().unwrap();
+    assert!(chain.round_at(round) >= closed_at.timestamp() + 10, "{closed}");
+    let (status, refused) = beacon(&app, v, named, &chain.sign(named)).await;
+    assert_eq!((status, code(&refused)), (StatusCode::CONFLICT, "beacon_round_mismatch"), "{refused}");
+    let drawn = publish_round(&app.addr, v, &chain).await;
+    assert_eq!(drawn["beacon"]["round"], round);
+    let (ok, said) = verify_tool(&app.addr, v).await;
+    assert!(ok, "{said}");
+    assert!(said.contains(&format!("named round {named}")), "{said}");
     app.shutdown().await;
 }

@@ -57,10 +57,6 @@ impl TestChain {
         self.genesis_time + (round - 1) * self.period
     }
 
-    /// The first round published after `t`.
-    pub fn first_round_after(&self, t: chrono::DateTime<chrono::Utc>) -> i64 {
-        (t.timestamp() - self.genesis_time) / self.period + 2
-    }
 }
 
 /// Publishes raffle `v`'s round as the beacon would, once its entries closed,
