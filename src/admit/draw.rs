@@ -165,10 +165,11 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     if mine.is_none() {
         return Ok(false);
     }
-    let due: bool = sqlx::query_scalar("SELECT clock_timestamp() >= draw_at FROM seckill_vouchers WHERE voucher_id = $1")
-        .bind(voucher)
-        .fetch_one(&mut *tx)
-        .await?;
+    let due: bool =
+        sqlx::query_scalar("SELECT clock_timestamp() >= draw_at FROM seckill_vouchers WHERE voucher_id = $1")
+            .bind(voucher)
+            .fetch_one(&mut *tx)
+            .await?;
     if !due {
         return Ok(false);
     }

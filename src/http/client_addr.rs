@@ -30,7 +30,9 @@ pub fn cap_key(addr: IpAddr) -> String {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => v4.to_string(),
             None => {
-                let net = ipnet::Ipv6Net::new(v6, 64).map(|n| n.trunc()).unwrap_or_else(|_| v6.into());
+                let net = ipnet::Ipv6Net::new(v6, 64)
+                    .map(|n| n.trunc())
+                    .unwrap_or_else(|_| v6.into());
                 net.to_string()
             }
         },

@@ -248,7 +248,11 @@ async fn a_close_held_past_its_round_draws_with_a_later_round() {
     let closed_at: chrono::DateTime<Utc> = closed["closed_at"].as_str().unwrap().parse().unwrap();
     assert!(chain.round_at(round) >= closed_at.timestamp() + 10, "{closed}");
     let (status, refused) = beacon(&app, v, named, &chain.sign(named)).await;
-    assert_eq!((status, code(&refused)), (StatusCode::CONFLICT, "beacon_round_mismatch"), "{refused}");
+    assert_eq!(
+        (status, code(&refused)),
+        (StatusCode::CONFLICT, "beacon_round_mismatch"),
+        "{refused}"
+    );
     let drawn = publish_round(&app.addr, v, &chain).await;
     assert_eq!(drawn["beacon"]["round"], round);
     let (ok, said) = verify_tool(&app.addr, v).await;

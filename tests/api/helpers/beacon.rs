@@ -56,7 +56,6 @@ impl TestChain {
     pub fn round_at(&self, round: i64) -> i64 {
         self.genesis_time + (round - 1) * self.period
     }
-
 }
 
 /// Publishes raffle `v`'s round as the beacon would, once its entries closed,
