@@ -56,6 +56,13 @@ pub struct Metrics {
     /// Running flash sales whose books did not balance in two consecutive audits
     /// (see [`crate::voucher::audit`]).
     pub sales_unbalanced: IntGauge,
+    /// The fullest Redis master's used memory over its `maxmemory` (0 to 1; not
+    /// set while no master has a limit), from the readiness checks.
+    pub redis_memory_used_ratio: prometheus::Gauge,
+    /// The names of every metric this registers, with the `seckill_` prefix (a
+    /// vector without children is not on the page yet: the alert rules are checked
+    /// against this list, `deploy/prometheus/alerts.yml`).
+    pub names: Vec<String>,
 }
 
 /// How often `GET /metrics` renders the page at most, by default.
@@ -69,14 +76,25 @@ pub struct Page {
     pub gzip: bytes::Bytes,
 }
 
-fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
-    r.register(Box::new(c.clone())).expect("metric names are unique");
+/// The registry, and the names registered in it (vectors without children too).
+struct Reg {
+    registry: Registry,
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Reg, c: T) -> T {
+    let names = c.desc().into_iter().map(|d| format!("seckill_{}", d.fq_name));
+    r.names.lock().expect("names").extend(names);
+    r.registry.register(Box::new(c.clone())).expect("metric names are unique");
     c
 }
 
 impl Metrics {
     pub fn new() -> Self {
-        let r = Registry::new_custom(Some("seckill".into()), None).expect("valid prefix");
+        let r = Reg {
+            registry: Registry::new_custom(Some("seckill".into()), None).expect("valid prefix"),
+            names: std::sync::Mutex::new(Vec::new()),
+        };
         let latency = exponential_buckets(0.0001, 2.0, 16).expect("buckets");
         Self {
             order_requests: reg(
@@ -251,7 +269,20 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
-            registry: r,
+            redis_memory_used_ratio: reg(
+                &r,
+                prometheus::Gauge::new(
+                    "redis_memory_used_ratio",
+                    "The fullest Redis master's used memory over its maxmemory (absent without a limit)",
+                )
+                .unwrap(),
+            ),
+            names: {
+                let mut names = std::mem::take(&mut *r.names.lock().expect("names"));
+                names.sort();
+                names
+            },
+            registry: r.registry,
             page: std::sync::Mutex::new(None),
             render_every_ms: std::sync::atomic::AtomicU64::new(RENDER_EVERY.as_millis() as u64),
         }

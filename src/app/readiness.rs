@@ -31,6 +31,9 @@ pub async fn refresh(state: &AppState, backlog: bool) {
         }
     };
     let (report, backlog) = tokio::join!(check(state), gauge);
+    if let Some(permille) = report.masters.as_ref().and_then(|m| m.memory_used_permille) {
+        state.metrics.redis_memory_used_ratio.set(permille as f64 / 1000.0);
+    }
     state.readiness.set(report);
     if let Some(n) = backlog {
         state.metrics.outbox_backlog.set(n);

@@ -17,6 +17,10 @@ pub struct MasterFacts {
     /// `noeviction`), e.g. `allkeys-lru`: an evicting Redis drops shoppers' marks,
     /// stock or outbox entries silently under memory pressure. Empty when none does.
     pub evicting: Vec<String>,
+    /// The fullest master's `used_memory` over its `maxmemory`, in thousandths;
+    /// None when no master has a `maxmemory` (no limit: nothing to be near).
+    /// Redis refuses writes past its limit (`noeviction`): orders would answer 503.
+    pub memory_used_permille: Option<i64>,
 }
 
 impl MasterFacts {
@@ -45,7 +49,19 @@ pub(super) fn of(infos: &[String]) -> MasterFacts {
         .collect();
     evicting.sort();
     evicting.dedup();
-    MasterFacts { replicas, evicting }
+    let num = |i: &str, name: &str| field(i, name).and_then(|v| v.parse::<i64>().ok());
+    let memory_used_permille = infos
+        .iter()
+        .filter_map(|i| match (num(i, "used_memory:"), num(i, "maxmemory:")) {
+            (Some(used), Some(max)) if max > 0 => Some(used.saturating_mul(1000) / max),
+            _ => None,
+        })
+        .max();
+    MasterFacts {
+        replicas,
+        evicting,
+        memory_used_permille,
+    }
 }
 
 impl Redis {
@@ -93,5 +109,9 @@ mod tests {
         assert!(!one_evicts.eviction_policy_ok());
         // A policy Redis does not report is not taken for noeviction.
         assert!(!of(&["# Replication\r\nconnected_slaves:0\r\n".to_owned()]).eviction_policy_ok());
+        // Memory: the fullest master with a limit; none without one.
+        assert_eq!(all_fine.memory_used_permille, None);
+        let mem = |used: i64, max: i64| format!("# Memory\r\nused_memory:{used}\r\nmaxmemory:{max}\r\n");
+        assert_eq!(of(&[mem(500, 1000), mem(900, 1000), mem(10, 0)]).memory_used_permille, Some(900));
     }
 }

@@ -3,6 +3,7 @@
 //! the harness (start there), `fixtures` the servers and processes a test runs of
 //! its own; every other module tests one part of the service, its doc says which.
 mod admission;
+mod alerts;
 mod audit;
 mod browse;
 mod clock;
