@@ -64,8 +64,17 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         settings.dependency_timeout,
         settings.delivery_limit,
     ));
-    let background_sequences = Sequences::new(background_pg.clone(), opts.clock.clone());
-    let sequences = Sequences::new(pg.clone(), opts.clock.clone());
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    metrics.set_render_every(settings.metrics_render_every);
+    // Every counter range checked against Postgres going back in time.
+    let witness = Arc::new(crate::sequence::witness::Witness::new(
+        redis.clone(),
+        keys.clone(),
+        Some(metrics.clone()),
+    ));
+    let background_sequences =
+        Sequences::new(background_pg.clone(), opts.clock.clone()).witnessed(witness.clone());
+    let sequences = Sequences::new(pg.clone(), opts.clock.clone()).witnessed(witness.clone());
     if settings.migrate_on_start && mode.serves_http() {
         migrate(&background_pg, &background_sequences, &settings).await?;
     } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
@@ -100,8 +109,6 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         stop.clone(),
     );
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
-    let metrics = Arc::new(crate::metrics::Metrics::new());
-    metrics.set_render_every(settings.metrics_render_every);
     let formats = Arc::new(crate::outbox::format::Formats::new(
         background_pg.clone(),
         instance.clone(),
@@ -149,7 +156,12 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     if let Err(e) = clock_skew.check(&background_pg, &opts.clock).await {
         tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
     }
-    let ids = IdWorker::new(background_pg.clone(), opts.clock.clone(), settings.id_block);
+    let ids = IdWorker::witnessed(
+        background_pg.clone(),
+        opts.clock.clone(),
+        settings.id_block,
+        Some(witness.clone()),
+    );
     if mode.serves_http() {
         if let Err(e) = ids.warm_up().await {
             tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");

@@ -210,6 +210,12 @@ impl Keys {
         }
     }
 
+    /// The highest value of counter `scope` reserved so far, as this Redis saw it
+    /// (`crate::sequence::witness`).
+    pub fn counter_witness(&self, scope: &str) -> String {
+        format!("{}:counter-witness:{{{}}}", self.ns, scope)
+    }
+
     /// Exchange the relay publishes order batches to.
     pub fn orders_exchange(&self) -> String {
         format!("{}.orders", self.ns)

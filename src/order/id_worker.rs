@@ -82,10 +82,22 @@ pub struct IdWorker {
     main_runtime: tokio::runtime::Handle,
     /// The background fetches: owned, so that shutdown waits for them.
     tasks: tokio_util::task::TaskTracker,
+    /// Checks every block against Postgres going back in time (none: unchecked).
+    witness: Option<Arc<crate::sequence::witness::Witness>>,
 }
 
 impl IdWorker {
     pub fn new(pg: PgPool, clock: Clock, block: u32) -> Arc<Self> {
+        Self::witnessed(pg, clock, block, None)
+    }
+
+    /// The same, each block checked by `witness` ([`crate::sequence::witness`]).
+    pub fn witnessed(
+        pg: PgPool,
+        clock: Clock,
+        block: u32,
+        witness: Option<Arc<crate::sequence::witness::Witness>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pg,
             clock,
@@ -93,6 +105,7 @@ impl IdWorker {
             blocks: Mutex::new(Blocks::default()),
             main_runtime: tokio::runtime::Handle::current(),
             tasks: tokio_util::task::TaskTracker::new(),
+            witness,
         })
     }
 
@@ -162,7 +175,8 @@ impl IdWorker {
     }
 
     async fn fetch(&self, day: i64) -> Result<Block> {
-        let r = ranges::reserve(&self.pg, &format!("order_id:{day}"), self.block).await?;
+        let r = ranges::reserve_witnessed(&self.pg, self.witness.as_deref(), &format!("order_id:{day}"), self.block)
+            .await?;
         if r.last >= 1 << COUNTER_BITS {
             bail!("more than 2^32 order ids reserved for day {day}");
         }

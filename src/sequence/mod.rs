@@ -9,6 +9,7 @@
 pub mod body;
 pub mod ranges;
 pub mod rule;
+pub mod witness;
 
 pub use rule::{Rule, RuleError};
 
@@ -24,11 +25,23 @@ pub const ORDER_TENANT: i64 = 0;
 pub struct Sequences {
     pg: PgPool,
     clock: Clock,
+    /// Checks every range against Postgres going back in time (none: unchecked).
+    witness: Option<std::sync::Arc<witness::Witness>>,
 }
 
 impl Sequences {
     pub fn new(pg: PgPool, clock: Clock) -> Self {
-        Self { pg, clock }
+        Self {
+            pg,
+            clock,
+            witness: None,
+        }
+    }
+
+    /// The same, each range checked by `witness`.
+    pub fn witnessed(mut self, witness: std::sync::Arc<witness::Witness>) -> Self {
+        self.witness = Some(witness);
+        self
     }
 
     /// Creates the default `order` rule if it does not exist yet.
@@ -52,7 +65,7 @@ impl Sequences {
         let local = now.with_timezone(&rule.tz);
         let day = local.date_naive();
         let scope = format!("seq:{}:{}:{}", rule.name, tenant, day.format("%Y%m%d"));
-        let range = ranges::reserve(&self.pg, &scope, count).await?;
+        let range = ranges::reserve_witnessed(&self.pg, self.witness.as_deref(), &scope, count).await?;
         let date = rule.format_date(day);
         Ok((range.first..=range.last).map(|n| rule.number(&date, n)).collect())
     }

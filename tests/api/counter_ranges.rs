@@ -56,3 +56,66 @@ async fn an_instance_started_after_another_never_reissues_its_ids() {
     let distinct: HashSet<i64> = ids.iter().copied().collect();
     assert_eq!(distinct.len(), 20, "an order id issued twice: {ids:?}");
 }
+
+/// `n` business numbers of the `order` rule for tenant 9.
+async fn numbers(app: &TestApp, n: i64) -> Vec<String> {
+    let (status, body) = app
+        .post(
+            "/api/v1/sequences/order/next",
+            Some(&app.service()),
+            serde_json::json!({"tenant_id": "9", "count": n}),
+        )
+        .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    body["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Postgres going back in time (an asynchronous standby promoted, a restore)
+/// forgets the ranges it reserved last: here every watermark is set back to 0.
+/// The witness in Redis (and each process's memory) catches it: no number and no
+/// order id is handed out twice, by the process that saw them or by one started
+/// after; each catch is an incident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_postgres_gone_back_in_time_reissues_no_number_and_no_id() {
+    let ns = Namespace::new().await;
+    let first = TestApp::builder(&ns)
+        .env("SECKILL_ID_BLOCK", "3")
+        .forces_incidents(&["postgres_went_back"])
+        .spawn()
+        .await;
+    let v = first.flash_sale(100).await;
+    let mut issued = numbers(&first, 5).await;
+    let mut ids: Vec<i64> = accepted(&wave(&first, v, 1..=10).await).into_values().collect();
+    let back = sqlx::query("UPDATE counter_watermarks SET high = 0")
+        .execute(first.pg())
+        .await
+        .unwrap();
+    assert!(back.rows_affected() >= 2, "the order ids' and the numbers' scopes");
+    issued.extend(numbers(&first, 5).await);
+    ids.extend(accepted(&wave(&first, v, 11..=20).await).into_values());
+    assert!(first.metric("seckill_worker_incidents_total{kind=\"postgres_went_back\"}").await >= 1.0);
+    // A process started after it knows nothing itself: Redis's witness does.
+    sqlx::query("UPDATE counter_watermarks SET high = 0")
+        .execute(first.pg())
+        .await
+        .unwrap();
+    let second = TestApp::builder(&ns)
+        .env("SECKILL_ID_BLOCK", "3")
+        .forces_incidents(&["postgres_went_back"])
+        .spawn()
+        .await;
+    issued.extend(numbers(&second, 5).await);
+    ids.extend(accepted(&wave(&second, v, 21..=30).await).into_values());
+    assert!(second.metric("seckill_worker_incidents_total{kind=\"postgres_went_back\"}").await >= 1.0);
+    assert_eq!(issued.len(), 15);
+    assert_eq!(issued.iter().collect::<HashSet<_>>().len(), 15, "a number issued twice: {issued:?}");
+    assert_eq!(ids.len(), 30, "every shopper got an order");
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 30, "an order id issued twice: {ids:?}");
+    second.shutdown().await;
+    first.shutdown().await;
+}

@@ -27,6 +27,18 @@ async fn two_shoppers_given_one_id_each_keep_their_order() {
         .await
         .unwrap();
     assert_eq!(reset.rows_affected(), 1, "one scope of order ids");
+    // And the witness that would catch it (`sequence::witness`) forgotten too: this
+    // tests the worker's backstop behind it.
+    let scopes: Vec<String> = sqlx::query_scalar("SELECT scope FROM counter_watermarks WHERE scope LIKE 'order_id:%'")
+        .fetch_all(a.pg())
+        .await
+        .unwrap();
+    for scope in scopes {
+        let key = a.app().state().keys.counter_witness(&scope);
+        let mut c = a.redis().await;
+        let gone: i64 = redis::cmd("DEL").arg(&key).query_async(&mut c).await.unwrap();
+        assert_eq!(gone, 1, "{key}");
+    }
     let b = TestApp::builder(&ns)
         .env("SECKILL_ID_BLOCK", "50")
         .mode(Mode::Serve)
