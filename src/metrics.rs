@@ -239,7 +239,7 @@ impl Metrics {
                         "worker_incidents_total",
                         "Incidents met while persisting, relaying or repairing orders, by kind: id_collision, \
                          number_collision, failed, dead_lettered, late_conflict, unreadable_outbox_entry, \
-                         repair_two_orders, repair_over_stock",
+                         repair_two_orders, repair_over_stock, postgres_went_back",
                     ),
                     &["kind"],
                 )
