@@ -85,7 +85,9 @@ struct Reg {
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Reg, c: T) -> T {
     let names = c.desc().into_iter().map(|d| format!("seckill_{}", d.fq_name));
     r.names.lock().expect("names").extend(names);
-    r.registry.register(Box::new(c.clone())).expect("metric names are unique");
+    r.registry
+        .register(Box::new(c.clone()))
+        .expect("metric names are unique");
     c
 }
 

@@ -72,8 +72,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         keys.clone(),
         Some(metrics.clone()),
     ));
-    let background_sequences =
-        Sequences::new(background_pg.clone(), opts.clock.clone()).witnessed(witness.clone());
+    let background_sequences = Sequences::new(background_pg.clone(), opts.clock.clone()).witnessed(witness.clone());
     let sequences = Sequences::new(pg.clone(), opts.clock.clone()).witnessed(witness.clone());
     if settings.migrate_on_start && mode.serves_http() {
         migrate(&background_pg, &background_sequences, &settings).await?;

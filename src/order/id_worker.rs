@@ -175,8 +175,13 @@ impl IdWorker {
     }
 
     async fn fetch(&self, day: i64) -> Result<Block> {
-        let r = ranges::reserve_witnessed(&self.pg, self.witness.as_deref(), &format!("order_id:{day}"), self.block)
-            .await?;
+        let r = ranges::reserve_witnessed(
+            &self.pg,
+            self.witness.as_deref(),
+            &format!("order_id:{day}"),
+            self.block,
+        )
+        .await?;
         if r.last >= 1 << COUNTER_BITS {
             bail!("more than 2^32 order ids reserved for day {day}");
         }

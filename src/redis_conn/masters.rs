@@ -112,6 +112,9 @@ mod tests {
         // Memory: the fullest master with a limit; none without one.
         assert_eq!(all_fine.memory_used_permille, None);
         let mem = |used: i64, max: i64| format!("# Memory\r\nused_memory:{used}\r\nmaxmemory:{max}\r\n");
-        assert_eq!(of(&[mem(500, 1000), mem(900, 1000), mem(10, 0)]).memory_used_permille, Some(900));
+        assert_eq!(
+            of(&[mem(500, 1000), mem(900, 1000), mem(10, 0)]).memory_used_permille,
+            Some(900)
+        );
     }
 }

@@ -48,12 +48,14 @@ pub async fn reserve_witnessed(
             super::witness::Seen::Before { high } => {
                 witness.went_back(scope, range, high);
                 let high = i64::try_from(high).context("a witness beyond i64")?;
-                sqlx::query("UPDATE counter_watermarks SET high = greatest(high, $2), updated_at = now() WHERE scope = $1")
-                    .bind(scope)
-                    .bind(high)
-                    .execute(pg)
-                    .await
-                    .with_context(|| format!("raising counter {scope} above its witness"))?;
+                sqlx::query(
+                    "UPDATE counter_watermarks SET high = greatest(high, $2), updated_at = now() WHERE scope = $1",
+                )
+                .bind(scope)
+                .bind(high)
+                .execute(pg)
+                .await
+                .with_context(|| format!("raising counter {scope} above its witness"))?;
             }
         }
     }

@@ -57,7 +57,13 @@ impl Witness {
     /// Compares `range` of `scope` with what this process and Redis saw reserved,
     /// and records it if new. Redis unreachable: this process's memory alone.
     pub async fn check(&self, scope: &str, range: Range) -> Seen {
-        let local = self.mine.lock().expect("witness poisoned").get(scope).copied().unwrap_or(0);
+        let local = self
+            .mine
+            .lock()
+            .expect("witness poisoned")
+            .get(scope)
+            .copied()
+            .unwrap_or(0);
         let remote = match self.remote(scope, range).await {
             Ok(high) => high,
             Err(e) => {

@@ -20,7 +20,10 @@ fn every_alert_reads_registered_metrics_and_has_a_runbook_section() {
     for line in rules.lines().map(str::trim) {
         if let Some(name) = line.strip_prefix("- alert: ") {
             alerts.push(name.to_owned());
-            assert!(runbook.contains(&format!("\n## {name}\n")), "{name}: no runbook section");
+            assert!(
+                runbook.contains(&format!("\n## {name}\n")),
+                "{name}: no runbook section"
+            );
         }
         if let Some(url) = line.strip_prefix("runbook_url: ") {
             let last = alerts.last().expect("a runbook_url inside an alert");
@@ -38,7 +41,10 @@ fn every_alert_reads_registered_metrics_and_has_a_runbook_section() {
                     .iter()
                     .find_map(|s| metric.strip_suffix(s).filter(|b| names.iter().any(|n| n == b)))
                     .unwrap_or(metric);
-                assert!(names.iter().any(|n| n == base), "{metric} is not a metric of the service: {names:?}");
+                assert!(
+                    names.iter().any(|n| n == base),
+                    "{metric} is not a metric of the service: {names:?}"
+                );
             }
         }
     }
@@ -95,7 +101,13 @@ async fn the_redis_memory_gauge_reads_the_masters_use_of_its_limit() {
     .await
     .expect("the gauge set from the readiness checks");
     let (_, ready) = app.get("/health/ready", None).await;
-    assert!(ready["checks"]["redis_masters"]["memory_used_permille"].as_i64().unwrap() > 0, "{ready}");
+    assert!(
+        ready["checks"]["redis_masters"]["memory_used_permille"]
+            .as_i64()
+            .unwrap()
+            > 0,
+        "{ready}"
+    );
     assert!((read - expected).abs() < 0.02, "read {read}, expected about {expected}");
     app.shutdown().await;
 }
