@@ -1,13 +1,24 @@
 -- The witness of a counter scope's reservations (src/sequence/witness.rs).
--- KEYS[1]: the witness (the highest value reserved so far that this Redis saw).
+-- KEYS[1]: a sorted set of the ranges Postgres reserved for the scope, as this
+--   Redis saw them: member "first-last", score first.
 -- ARGV[1], ARGV[2]: the first and the last value of a range Postgres just reserved.
--- A range at or below the witness means Postgres reserved those values before
--- and forgot it (it went back in time): returns the witness and writes nothing.
--- Otherwise records the range's last value and returns 0.
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+-- ARGV[3]: seconds the witness is kept (a scope is a day's).
+-- Ranges arrive in any order (concurrent reservations), but never overlap unless
+-- Postgres reserved the same values twice (it went back in time). An overlap:
+-- returns the highest value ever seen reserved, and records nothing. Otherwise
+-- records the range and returns 0.
 local first = tonumber(ARGV[1])
-if seen >= first then
-  return seen
+local last = tonumber(ARGV[2])
+local last_of = function(member)
+  return tonumber(string.match(member, '%-(%d+)$'))
 end
-redis.call('SET', KEYS[1], ARGV[2])
+-- Of the ranges starting at or below `last`, the one starting highest ends
+-- highest (they are disjoint): it overlaps if any does.
+local below = redis.call('ZREVRANGEBYSCORE', KEYS[1], last, '-inf', 'LIMIT', 0, 1)
+if #below > 0 and last_of(below[1]) >= first then
+  local top = redis.call('ZREVRANGE', KEYS[1], 0, 0)
+  return math.max(last_of(top[1]), last_of(below[1]))
+end
+redis.call('ZADD', KEYS[1], first, first .. '-' .. last)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 0

@@ -4,33 +4,34 @@
 //! it reserved before and forgot.
 //!
 //! After Postgres reserves a range, `lua/counter_witness.lua` compares it with the
-//! highest value this Redis saw reserved for the scope. A range at or below it
-//! means Postgres went back: the range is not used; the scope's watermark in
-//! Postgres is raised above the witness, the reservation is made again, and the
-//! event is an incident (`worker_incidents_total{kind="postgres_went_back"}`, an
-//! `INCIDENT` log line). Values between the two are skipped, never repeated.
+//! ranges this Redis saw reserved for the scope (a sorted set, kept three days: a
+//! scope is a day's). Concurrent reservations arrive in any order, but never
+//! overlap unless Postgres reserved the same values twice. An overlap means
+//! Postgres went back: the range is not used; the scope's watermark in Postgres is
+//! raised above every range seen, the reservation is made again, and the event is
+//! an incident (`worker_incidents_total{kind="postgres_went_back"}`, an `INCIDENT`
+//! log line). Values between are skipped, never repeated.
 //!
 //! The witness is a second memory, not a lock: a Redis that cannot be reached is
 //! passed over (numbers need no Redis; a warning says the check was skipped), and
-//! a Redis that went back at the same moment as Postgres remembers less. The
-//! processes' own memory of what they reserved backs it up for their scopes
-//! ([`Witness::check`] compares with it too).
+//! a Redis that went back at the same moment as Postgres remembers less.
 use super::ranges::Range;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
 use redis::Script;
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::LazyLock;
 
 static WITNESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_witness.lua")));
 
-/// Where the witness lives, and what this process reserved itself.
+/// How long a scope's witness is kept: a scope is a day's (order ids by UTC day,
+/// numbers by the rule's local day).
+const KEEP_SECS: u64 = 3 * 86_400;
+
+/// Where the witness lives.
 pub struct Witness {
     redis: Redis,
     keys: Keys,
-    /// The highest value this process reserved, per scope.
-    mine: Mutex<HashMap<String, u64>>,
     /// Counts the incidents.
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
@@ -38,47 +39,29 @@ pub struct Witness {
 /// What the witness said of a range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
-    /// Above everything seen reserved: use it.
+    /// Overlapping no range seen reserved: use it.
     New,
-    /// At or below `high`, seen reserved before: Postgres went back.
+    /// Overlapping a range seen reserved before (Postgres went back); `high`: the
+    /// highest value seen reserved.
     Before { high: u64 },
 }
 
 impl Witness {
     pub fn new(redis: Redis, keys: Keys, metrics: Option<std::sync::Arc<crate::metrics::Metrics>>) -> Self {
-        Self {
-            redis,
-            keys,
-            mine: Mutex::new(HashMap::new()),
-            metrics,
-        }
+        Self { redis, keys, metrics }
     }
 
-    /// Compares `range` of `scope` with what this process and Redis saw reserved,
-    /// and records it if new. Redis unreachable: this process's memory alone.
+    /// Compares `range` of `scope` with the ranges Redis saw reserved, and
+    /// records it if new. Redis unreachable: unchecked (New).
     pub async fn check(&self, scope: &str, range: Range) -> Seen {
-        let local = self
-            .mine
-            .lock()
-            .expect("witness poisoned")
-            .get(scope)
-            .copied()
-            .unwrap_or(0);
-        let remote = match self.remote(scope, range).await {
-            Ok(high) => high,
+        match self.remote(scope, range).await {
+            Ok(0) => Seen::New,
+            Ok(high) => Seen::Before { high },
             Err(e) => {
                 tracing::warn!(scope, error = %format!("{e:#}"), "the counter witness in Redis was not checked");
-                0
+                Seen::New
             }
-        };
-        let high = local.max(remote);
-        if high >= range.first {
-            return Seen::Before { high };
         }
-        let mut mine = self.mine.lock().expect("witness poisoned");
-        let entry = mine.entry(scope.to_owned()).or_insert(0);
-        *entry = (*entry).max(range.last);
-        Seen::New
     }
 
     async fn remote(&self, scope: &str, range: Range) -> Result<u64> {
@@ -87,6 +70,7 @@ impl Witness {
             .key(self.keys.counter_witness(scope))
             .arg(range.first)
             .arg(range.last)
+            .arg(KEEP_SECS)
             .invoke_async(&mut conn)
             .await
             .context("counter_witness.lua")?;
