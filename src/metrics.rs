@@ -76,6 +76,19 @@ pub struct Page {
     pub gzip: bytes::Bytes,
 }
 
+/// Every kind of `worker_incidents_total`.
+pub const INCIDENT_KINDS: [&str; 9] = [
+    "id_collision",
+    "number_collision",
+    "failed",
+    "dead_lettered",
+    "late_conflict",
+    "unreadable_outbox_entry",
+    "repair_two_orders",
+    "repair_over_stock",
+    "postgres_went_back",
+];
+
 /// The registry, and the names registered in it (vectors without children too).
 struct Reg {
     registry: Registry,
@@ -93,6 +106,20 @@ fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Reg, c: T) -> T {
 
 impl Metrics {
     pub fn new() -> Self {
+        let m = Self::registered();
+        // Every kind and result at 0 from the start: a counter whose series appeared
+        // at its first increment would show `increase()` no change, and its first
+        // incident would raise no alert (deploy/prometheus/alerts.yml).
+        for kind in INCIDENT_KINDS {
+            m.worker_incidents.with_label_values(&[kind]);
+        }
+        for result in ["ack", "error"] {
+            m.relay_confirms.with_label_values(&[result]);
+        }
+        m
+    }
+
+    fn registered() -> Self {
         let r = Reg {
             registry: Registry::new_custom(Some("seckill".into()), None).expect("valid prefix"),
             names: std::sync::Mutex::new(Vec::new()),
@@ -275,7 +302,7 @@ impl Metrics {
                 &r,
                 prometheus::Gauge::new(
                     "redis_memory_used_ratio",
-                    "The fullest Redis master's used memory over its maxmemory (absent without a limit)",
+                    "The fullest Redis master's used memory over its maxmemory (0 while no master has a limit)",
                 )
                 .unwrap(),
             ),

@@ -31,7 +31,9 @@ pub async fn refresh(state: &AppState, backlog: bool) {
         }
     };
     let (report, backlog) = tokio::join!(check(state), gauge);
-    if let Some(permille) = report.masters.as_ref().and_then(|m| m.memory_used_permille) {
+    // Read now: the fullest master's share of its limit (0 without a limit).
+    if let Some(m) = report.masters.as_ref() {
+        let permille = m.memory_used_permille.unwrap_or(0);
         state.metrics.redis_memory_used_ratio.set(permille as f64 / 1000.0);
     }
     state.readiness.set(report);

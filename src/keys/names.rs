@@ -210,7 +210,7 @@ impl Keys {
         }
     }
 
-    /// The highest value of counter `scope` reserved so far, as this Redis saw it
+    /// The ranges of counter `scope` reserved so far, as this Redis saw them
     /// (`crate::sequence::witness`).
     pub fn counter_witness(&self, scope: &str) -> String {
         format!("{}:counter-witness:{{{}}}", self.ns, scope)

@@ -12,9 +12,13 @@
 //! an incident (`worker_incidents_total{kind="postgres_went_back"}`, an `INCIDENT`
 //! log line). Values between are skipped, never repeated.
 //!
-//! The witness is a second memory, not a lock: a Redis that cannot be reached is
-//! passed over (numbers need no Redis; a warning says the check was skipped), and
-//! a Redis that went back at the same moment as Postgres remembers less.
+//! The witness is a second memory, not a lock: a Redis that does not answer within
+//! [`CHECK_TIMEOUT`] is passed over, and not asked again for [`SKIP_AFTER_FAILURE`]
+//! (numbers need no Redis: a Redis frozen or gone costs a reservation at most
+//! that timeout, once; a warning says the check was skipped). A Redis that went
+//! back at the same moment as Postgres, or refuses writes (past its maxmemory),
+//! remembers less. Scopes are not namespaced in Postgres, the witness is: two
+//! namespaces sharing one database do not see each other's ranges.
 use super::ranges::Range;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
@@ -27,11 +31,17 @@ static WITNESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("..
 /// How long a scope's witness is kept: a scope is a day's (order ids by UTC day,
 /// numbers by the rule's local day).
 const KEEP_SECS: u64 = 3 * 86_400;
+/// How long a check may wait for Redis.
+pub const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long checks are skipped after one failed.
+pub const SKIP_AFTER_FAILURE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the witness lives.
 pub struct Witness {
     redis: Redis,
     keys: Keys,
+    /// Checks are skipped until then (a check failed).
+    skip_until: std::sync::Mutex<Option<std::time::Instant>>,
     /// Counts the incidents.
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
 }
@@ -48,17 +58,39 @@ pub enum Seen {
 
 impl Witness {
     pub fn new(redis: Redis, keys: Keys, metrics: Option<std::sync::Arc<crate::metrics::Metrics>>) -> Self {
-        Self { redis, keys, metrics }
+        Self {
+            redis,
+            keys,
+            skip_until: std::sync::Mutex::new(None),
+            metrics,
+        }
     }
 
     /// Compares `range` of `scope` with the ranges Redis saw reserved, and
     /// records it if new. Redis unreachable: unchecked (New).
     pub async fn check(&self, scope: &str, range: Range) -> Seen {
-        match self.remote(scope, range).await {
+        let now = std::time::Instant::now();
+        if self
+            .skip_until
+            .lock()
+            .expect("witness poisoned")
+            .is_some_and(|until| now < until)
+        {
+            return Seen::New;
+        }
+        let checked = tokio::time::timeout(CHECK_TIMEOUT, self.remote(scope, range))
+            .await
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {CHECK_TIMEOUT:?}")));
+        match checked {
             Ok(0) => Seen::New,
             Ok(high) => Seen::Before { high },
             Err(e) => {
-                tracing::warn!(scope, error = %format!("{e:#}"), "the counter witness in Redis was not checked");
+                *self.skip_until.lock().expect("witness poisoned") = Some(now + SKIP_AFTER_FAILURE);
+                tracing::warn!(
+                    scope,
+                    error = %format!("{e:#}"),
+                    "the counter witness in Redis was not checked; skipped for {SKIP_AFTER_FAILURE:?}"
+                );
                 Seen::New
             }
         }
