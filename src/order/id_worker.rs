@@ -17,7 +17,7 @@
 //! keeps working through midnight, and through a Postgres outage for as long as
 //! the blocks in hand last (two blocks: `SECKILL_ID_BLOCK` × 2 orders).
 use crate::clock::Clock;
-use crate::sequence::ranges;
+use crate::sequence::witness;
 use anyhow::{bail, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -175,7 +175,7 @@ impl IdWorker {
     }
 
     async fn fetch(&self, day: i64) -> Result<Block> {
-        let r = ranges::reserve_witnessed(
+        let r = witness::reserve_witnessed(
             &self.pg,
             self.witness.as_deref(),
             &format!("order_id:{day}"),

@@ -65,7 +65,7 @@ impl Sequences {
         let local = now.with_timezone(&rule.tz);
         let day = local.date_naive();
         let scope = format!("seq:{}:{}:{}", rule.name, tenant, day.format("%Y%m%d"));
-        let range = ranges::reserve_witnessed(&self.pg, self.witness.as_deref(), &scope, count).await?;
+        let range = witness::reserve_witnessed(&self.pg, self.witness.as_deref(), &scope, count).await?;
         let date = rule.format_date(day);
         Ok((range.first..=range.last).map(|n| rule.number(&date, n)).collect())
     }

@@ -29,39 +29,6 @@ pub struct Range {
     pub last: u64,
 }
 
-/// [`reserve`], checked by the witness ([`super::witness`]): a range Postgres
-/// reserved before (it went back in time) is not used; the scope's watermark is
-/// raised above the witness and the values reserved again.
-pub async fn reserve_witnessed(
-    pg: &PgPool,
-    witness: Option<&super::witness::Witness>,
-    scope: &str,
-    size: u64,
-) -> Result<Range> {
-    let Some(witness) = witness else {
-        return reserve(pg, scope, size).await;
-    };
-    for _ in 0..3 {
-        let range = reserve(pg, scope, size).await?;
-        match witness.check(scope, range).await {
-            super::witness::Seen::New => return Ok(range),
-            super::witness::Seen::Before { high } => {
-                witness.went_back(scope, range, high);
-                let high = i64::try_from(high).context("a witness beyond i64")?;
-                sqlx::query(
-                    "UPDATE counter_watermarks SET high = greatest(high, $2), updated_at = now() WHERE scope = $1",
-                )
-                .bind(scope)
-                .bind(high)
-                .execute(pg)
-                .await
-                .with_context(|| format!("raising counter {scope} above its witness"))?;
-            }
-        }
-    }
-    bail!("counter {scope}: Postgres keeps reserving values it reserved before")
-}
-
 /// Reserves the `size` values of `scope` right above every value reserved so far.
 pub async fn reserve(pg: &PgPool, scope: &str, size: u64) -> Result<Range> {
     if size == 0 {

@@ -22,8 +22,9 @@
 use super::ranges::Range;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use redis::Script;
+use sqlx::PgPool;
 use std::sync::LazyLock;
 
 static WITNESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/counter_witness.lua")));
@@ -123,4 +124,32 @@ impl Witness {
             m.worker_incidents.with_label_values(&["postgres_went_back"]).inc();
         }
     }
+}
+
+/// [`super::ranges::reserve`], checked by the witness: a range Postgres
+/// reserved before (it went back in time) is not used; the scope's watermark is
+/// raised above the witness and the values reserved again.
+pub async fn reserve_witnessed(pg: &PgPool, witness: Option<&Witness>, scope: &str, size: u64) -> Result<Range> {
+    let Some(witness) = witness else {
+        return super::ranges::reserve(pg, scope, size).await;
+    };
+    for _ in 0..3 {
+        let range = super::ranges::reserve(pg, scope, size).await?;
+        match witness.check(scope, range).await {
+            Seen::New => return Ok(range),
+            Seen::Before { high } => {
+                witness.went_back(scope, range, high);
+                let high = i64::try_from(high).context("a witness beyond i64")?;
+                sqlx::query(
+                    "UPDATE counter_watermarks SET high = greatest(high, $2), updated_at = now() WHERE scope = $1",
+                )
+                .bind(scope)
+                .bind(high)
+                .execute(pg)
+                .await
+                .with_context(|| format!("raising counter {scope} above its witness"))?;
+            }
+        }
+    }
+    bail!("counter {scope}: Postgres keeps reserving values it reserved before")
 }
