@@ -113,6 +113,25 @@ impl Chain {
     }
 }
 
+/// The chain a raffle's row names (`beacon_key`, `beacon_genesis`,
+/// `beacon_period`), if it names one; and its round (`beacon_round`), if any.
+pub fn of_row(row: &sqlx::postgres::PgRow) -> Result<(Option<Chain>, Option<i64>), sqlx::Error> {
+    use sqlx::Row;
+    let chain = match (
+        row.try_get::<Option<String>, _>("beacon_key")?,
+        row.try_get::<Option<i64>, _>("beacon_genesis")?,
+        row.try_get::<Option<i32>, _>("beacon_period")?,
+    ) {
+        (Some(public_key), Some(genesis_time), Some(period)) => Some(Chain {
+            public_key,
+            genesis_time,
+            period,
+        }),
+        _ => None,
+    };
+    Ok((chain, row.try_get("beacon_round")?))
+}
+
 /// A chain and the round of it a raffle draws with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Beacon {

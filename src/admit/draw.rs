@@ -52,18 +52,8 @@ async fn committed(pg: &PgPool, voucher: i64) -> Result<Option<(Chain, i64, bool
     .fetch_optional(pg)
     .await?
     .context("a raffle sale without its raffle row")?;
-    let (Some(public_key), Some(genesis_time), Some(period), Some(round)) = (
-        r.try_get::<Option<String>, _>("beacon_key")?,
-        r.try_get::<Option<i64>, _>("beacon_genesis")?,
-        r.try_get::<Option<i32>, _>("beacon_period")?,
-        r.try_get::<Option<i64>, _>("beacon_round")?,
-    ) else {
+    let (Some(chain), Some(round)) = super::beacon::of_row(&r)? else {
         return Ok(None);
-    };
-    let chain = Chain {
-        public_key,
-        genesis_time,
-        period,
     };
     Ok(Some((chain, round, r.try_get("due")?)))
 }
@@ -116,8 +106,8 @@ pub async fn submit(pg: &PgPool, voucher: i64, round: i64, signature: &str) -> R
 /// Closes and draws every raffle that is due (each as far as it can go now);
 /// one raffle's failure is logged and the others go on.
 pub async fn settle_due(pg: &PgPool) -> Result<()> {
-    let due: Vec<(i64, bool, bool)> = sqlx::query_as(
-        "SELECT r.voucher_id, r.closed_at IS NOT NULL, b.voucher_id IS NOT NULL
+    let due: Vec<i64> = sqlx::query_scalar(
+        "SELECT r.voucher_id
            FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
           WHERE r.drawn_at IS NULL AND s.draw_at <= clock_timestamp()
@@ -125,7 +115,7 @@ pub async fn settle_due(pg: &PgPool) -> Result<()> {
     )
     .fetch_all(pg)
     .await?;
-    for (voucher, _, _) in due {
+    for voucher in due {
         if let Err(e) = settle(pg, voucher).await {
             tracing::warn!(voucher_id = voucher, error = ?e, "raffle not settled this round");
         }
@@ -227,19 +217,9 @@ async fn unpublished_round(tx: &mut sqlx::PgConnection, voucher: i64) -> Result<
     .fetch_one(&mut *tx)
     .await?;
     let now: chrono::DateTime<chrono::Utc> = r.try_get("now")?;
-    let named: Option<i64> = r.try_get("beacon_round")?;
-    let chain = match (
-        r.try_get::<Option<String>, _>("beacon_key")?,
-        r.try_get::<Option<i64>, _>("beacon_genesis")?,
-        r.try_get::<Option<i32>, _>("beacon_period")?,
-    ) {
-        (Some(public_key), Some(genesis_time), Some(period)) => Chain {
-            public_key,
-            genesis_time,
-            period,
-        },
-        _ => Chain::quicknet(),
-    };
+    let (chain, named) = super::beacon::of_row(&r)?;
+    // A raffle an older binary made without a beacon: quicknet.
+    let chain = chain.unwrap_or_else(Chain::quicknet);
     if let Some(round) = named {
         if chain.round_at(round) > now + chrono::Duration::seconds(2) {
             return Ok(None);

@@ -19,7 +19,7 @@
 //! the seed, or the raffle key, tells nobody who wins: the beacon's randomness is
 //! part of every score and is published after the entries closed.
 use super::addresses::{claim, Cap};
-use super::beacon::{Beacon, Chain};
+use super::beacon::Beacon;
 use super::rule::{entry_of, RULE, RULE_WITHOUT_BEACON};
 use super::signing::sha256_hex;
 use anyhow::{Context, Result};
@@ -227,20 +227,8 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
     .fetch_optional(pg)
     .await?
     .context("a raffle sale without its raffle row")?;
-    let beacon = match (
-        r.try_get::<Option<String>, _>("beacon_key")?,
-        r.try_get::<Option<i64>, _>("beacon_genesis")?,
-        r.try_get::<Option<i32>, _>("beacon_period")?,
-        r.try_get::<Option<i64>, _>("beacon_round")?,
-    ) {
-        (Some(public_key), Some(genesis_time), Some(period), Some(round)) => Some(Beacon::new(
-            Chain {
-                public_key,
-                genesis_time,
-                period,
-            },
-            round,
-        )),
+    let beacon = match super::beacon::of_row(&r)? {
+        (Some(chain), Some(round)) => Some(Beacon::new(chain, round)),
         _ => None,
     };
     let drawn_at: Option<DateTime<Utc>> = r.try_get("drawn_at")?;
