@@ -11,44 +11,22 @@ use std::time::Duration;
 /// Serves `GET /public/<round>` as drand's relays do: the round's signature once
 /// its time has come, 404 before. Returns its URL and its count of rounds served.
 async fn relay(chain: Arc<TestChain>) -> (String, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let served = Arc::new(AtomicUsize::new(0));
     let count = served.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let (chain, count) = (chain.clone(), count.clone());
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&head);
-                let round = head
-                    .strip_prefix("GET /public/")
-                    .and_then(|rest| rest.split(' ').next())
-                    .and_then(|r| r.parse::<i64>().ok());
-                let due = round.filter(|r| chain.round_at(*r) <= Utc::now().timestamp());
-                let (status, body) = match due {
-                    Some(r) => {
-                        count.fetch_add(1, Ordering::SeqCst);
-                        ("200 OK", json!({"round": r, "signature": chain.sign(r)}).to_string())
-                    }
-                    None => ("404 Not Found", "{}".to_owned()),
-                };
-                let answer = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = socket.write_all(answer.as_bytes()).await;
-            });
+    let (url, _task) = crate::helpers::stub_http::serve(move |head| {
+        let round = head
+            .strip_prefix("GET /public/")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|r| r.parse::<i64>().ok());
+        match round.filter(|r| chain.round_at(*r) <= Utc::now().timestamp()) {
+            Some(r) => {
+                count.fetch_add(1, Ordering::SeqCst);
+                ("200 OK", json!({"round": r, "signature": chain.sign(r)}).to_string())
+            }
+            None => ("404 Not Found", "{}".to_owned()),
         }
-    });
+    })
+    .await;
     (url, served)
 }
 

@@ -84,45 +84,20 @@ struct Issuer {
 
 impl Issuer {
     async fn start(keys: &[&SigningKey]) -> Self {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
         let served = Arc::new(Mutex::new(
             json!({"keys": keys.iter().map(|k| k.jwk.clone()).collect::<Vec<_>>()}),
         ));
         let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (jwks, count) = (served.clone(), fetches.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                let (jwks, count) = (jwks.clone(), count.clone());
-                tokio::spawn(async move {
-                    // One request per connection: read its head, answer, close.
-                    let mut head = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match socket.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => head.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let path_ok = head.starts_with(b"GET /.well-known/jwks.json ");
-                    let (status, body) = if path_ok {
-                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        ("200 OK", jwks.lock().unwrap().to_string())
-                    } else {
-                        ("404 Not Found", "{}".to_owned())
-                    };
-                    let answer = format!(
-                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = socket.write_all(answer.as_bytes()).await;
-                });
+        let (url, task) = crate::helpers::stub_http::serve(move |head| {
+            if head.starts_with("GET /.well-known/jwks.json ") {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                ("200 OK", jwks.lock().unwrap().to_string())
+            } else {
+                ("404 Not Found", "{}".to_owned())
             }
-        });
+        })
+        .await;
         Self {
             url,
             served,

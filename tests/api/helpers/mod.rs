@@ -9,6 +9,7 @@ mod app;
 mod beacon;
 mod pg;
 mod sale;
+pub mod stub_http;
 
 pub use app::TestApp;
 pub use beacon::*;
