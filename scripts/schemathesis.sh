@@ -84,6 +84,13 @@ export ST_POW_SALE ST_QUEUE_SALE ST_RAFFLE_SALE ST_BEACON_SALE ST_BEACON_ROUND S
 curl -fsS -o /dev/null -X POST "$BASE_URL/api/v1/vouchers/$ST_QUEUE_SALE/queue" -H "Authorization: Bearer $SHOPPER"
 curl -fsS -o /dev/null -X POST "$BASE_URL/api/v1/vouchers/$ST_RAFFLE_SALE/raffle/entries" -H "Authorization: Bearer $SHOPPER"
 
+# An order of the shopper's, for the hooks to pay (a random order id is not one).
+ST_ORDER_SALE=$(sale first_come '')
+ST_ORDER=$(curl -fsS -X POST "$BASE_URL/api/v1/vouchers/$ST_ORDER_SALE/orders" \
+  -H "Authorization: Bearer $SHOPPER" -H 'Content-Type: application/json' -d '{}' |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["order_id"])')
+export ST_ORDER
+
 # The beacon's raffle closed (its entries fixed): its round may be submitted.
 for _ in $(seq 1 300); do
   curl -fsS "$BASE_URL/api/v1/vouchers/$ST_BEACON_SALE/raffle" | grep -q '"status":"awaiting_beacon"' && break

@@ -17,7 +17,7 @@ and ST_RAFFLE_SALE, and a case meant as valid whose generated id is a valid one 
 positive 64-bit integer) is sent to that sale. A beacon submission meant as valid
 goes to a raffle schemathesis.sh made with a round whose signature is known
 (ST_BEACON_SALE), with that round and signature: a generated signature never
-verifies. Everything else, including every deliberately invalid body or id, is
+verifies. And paying goes to an order the shopper placed (ST_ORDER). Everything else, including every deliberately invalid body or id, is
 sent as generated.
 """
 import os
@@ -95,10 +95,13 @@ def _beacon(body):
 
 
 _SALES = (
-    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle/beacon$"), "ST_BEACON_SALE"),
-    (re.compile(r"^/api/v1/vouchers/\{id\}/challenge$"), "ST_POW_SALE"),
-    (re.compile(r"^/api/v1/vouchers/\{id\}/queue(/.*)?$"), "ST_QUEUE_SALE"),
-    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle(/.*)?$"), "ST_RAFFLE_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle/beacon$"), "id", "ST_BEACON_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/challenge$"), "id", "ST_POW_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/queue(/.*)?$"), "id", "ST_QUEUE_SALE"),
+    (re.compile(r"^/api/v1/vouchers/\{id\}/raffle(/.*)?$"), "id", "ST_RAFFLE_SALE"),
+    # Paying needs an order of the caller's; the stateful phase's links reach one
+    # only with some seeds.
+    (re.compile(r"^/api/v1/orders/\{order_id\}/pay$"), "order_id", "ST_ORDER"),
 )
 
 
@@ -116,7 +119,10 @@ def _admission_sale(context, case):
     """A valid id of an admission operation becomes the sale made for it."""
     if context.operation is None or not case.path_parameters:
         return
-    generated = case.path_parameters.get("id")
+    param = next((p for pattern, p, _ in _SALES if pattern.match(context.operation.path)), None)
+    if param is None:
+        return
+    generated = case.path_parameters.get(param)
     valid = (isinstance(generated, int) and not isinstance(generated, bool) and 0 < generated <= _INT64_MAX) or (
         isinstance(generated, str)
         and generated.isascii()
@@ -125,10 +131,10 @@ def _admission_sale(context, case):
     )
     if not valid:
         return
-    for pattern, var in _SALES:
+    for pattern, name, var in _SALES:
         if pattern.match(context.operation.path) and os.environ.get(var):
-            sale = os.environ[var]
-            case.path_parameters["id"] = int(sale) if isinstance(generated, int) else sale
+            made = os.environ[var]
+            case.path_parameters[name] = int(made) if isinstance(generated, int) else made
             return
 
 
