@@ -128,8 +128,8 @@ impl utoipa::PartialSchema for NewVoucher {
                                            "description": "the public randomness a raffle draws with: a drand \
                                                            chain (default: the League of Entropy's quicknet) and \
                                                            its round, published at least 10 s after `draw_at` \
-                                                           (default: the first such round); ignored for the \
-                                                           other modes",
+                                                           (default: the first such round); checked in every \
+                                                           mode, used by a raffle only",
                                            "required": ["public_key", "genesis_time", "period"],
                                            "properties": {
                                                "public_key": {"type": "string", "pattern": "^[0-9a-f]{192}$",
@@ -191,7 +191,8 @@ impl NewVoucher {
         let pow_difficulty = optional(obj, "pow_difficulty")
             .map(|v| whole(v, "pow_difficulty", 0, MAX_DIFFICULTY))
             .transpose()?;
-        let beacon = optional(obj, "beacon");
+        // Checked whatever the mode, as the schema states it; used by a raffle only.
+        let beacon = optional(obj, "beacon").map(chain_of).transpose()?;
         let address_cap = optional(obj, "address_cap")
             .map(|v| whole(v, "address_cap", 1, MAX_ADDRESS_CAP))
             .transpose()?;
@@ -290,39 +291,41 @@ const MAX_GENESIS: i64 = 4_102_444_800;
 /// The largest round a raffle may name.
 const MAX_ROUND: i64 = 1 << 40;
 
+/// A `beacon` object's chain and round, checked on their own.
+fn chain_of(v: &Value) -> Result<(Chain, Option<i64>), ValidationError> {
+    let o = v
+        .as_object()
+        .ok_or_else(|| ValidationError::new("beacon", "must be an object"))?;
+    let field =
+        |name: &str| optional(o, name).ok_or_else(|| ValidationError::new(&format!("beacon.{name}"), "is required"));
+    let key = validate::string(field("public_key")?, "beacon.public_key")?;
+    if key.len() != 192 || !key.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err(ValidationError::new(
+            "beacon.public_key",
+            "must be 192 lower-case hex digits (a compressed G2 point)",
+        ));
+    }
+    let chain = Chain {
+        public_key: key.to_owned(),
+        genesis_time: whole(field("genesis_time")?, "beacon.genesis_time", 0, MAX_GENESIS)?,
+        period: whole(field("period")?, "beacon.period", 1, i64::from(MAX_PERIOD))? as i32,
+    };
+    chain
+        .check()
+        .map_err(|e| ValidationError::new("beacon.public_key", e.to_string()))?;
+    let round = optional(o, "round")
+        .map(|v| whole(v, "beacon.round", 1, MAX_ROUND))
+        .transpose()?;
+    Ok((chain, round))
+}
+
 /// A raffle's beacon: the chain given (quicknet if none) and its round (the
 /// first after `draw` if none), which must be published after `draw`.
-fn beacon_of(v: Option<&Value>, draw: chrono::DateTime<chrono::Utc>) -> Result<Beacon, ValidationError> {
-    let (chain, round) = match v {
-        None => (Chain::quicknet(), None),
-        Some(v) => {
-            let o = v
-                .as_object()
-                .ok_or_else(|| ValidationError::new("beacon", "must be an object"))?;
-            let field = |name: &str| {
-                optional(o, name).ok_or_else(|| ValidationError::new(&format!("beacon.{name}"), "is required"))
-            };
-            let key = validate::string(field("public_key")?, "beacon.public_key")?;
-            if key.len() != 192 || !key.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-                return Err(ValidationError::new(
-                    "beacon.public_key",
-                    "must be 192 lower-case hex digits (a compressed G2 point)",
-                ));
-            }
-            let chain = Chain {
-                public_key: key.to_owned(),
-                genesis_time: whole(field("genesis_time")?, "beacon.genesis_time", 0, MAX_GENESIS)?,
-                period: whole(field("period")?, "beacon.period", 1, i64::from(MAX_PERIOD))? as i32,
-            };
-            chain
-                .check()
-                .map_err(|e| ValidationError::new("beacon.public_key", e.to_string()))?;
-            let round = optional(o, "round")
-                .map(|v| whole(v, "beacon.round", 1, MAX_ROUND))
-                .transpose()?;
-            (chain, round)
-        }
-    };
+fn beacon_of(
+    given: Option<(Chain, Option<i64>)>,
+    draw: chrono::DateTime<chrono::Utc>,
+) -> Result<Beacon, ValidationError> {
+    let (chain, round) = given.unwrap_or_else(|| (Chain::quicknet(), None));
     // Published at least MARGIN_SECS after the entries close.
     let after = draw + chrono::Duration::seconds(MARGIN_SECS);
     let first = chain.first_round_from(after);
