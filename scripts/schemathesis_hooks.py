@@ -64,11 +64,12 @@ def _unique_key(case):
 
 
 def _raffle_draw(body):
-    """A raffle with valid times gets a draw a minute from now, before its end,
-    and the default beacon (quicknet): a generated public key is no curve point."""
+    """A raffle with valid times gets a draw a minute from now, before its end.
+    Every sale meant as valid gets the default beacon (quicknet): a generated
+    public key is no curve point, and the service checks it in every mode."""
+    body.pop("beacon", None)
     if body.get("admission") != "raffle":
         return
-    body.pop("beacon", None)
     begin, end = _time(body.get("begin_at")), _time(body.get("end_at"))
     if begin is None or end is None:
         return
