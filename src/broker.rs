@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -61,9 +62,13 @@ pub async fn publish_confirmed(
     Ok(())
 }
 
-/// Opens connections to one broker and remembers the last one for health checks.
+/// Opens connections to a broker (one node, or any live node of a cluster) and
+/// remembers the last one for health checks.
 pub struct Broker {
-    url: String,
+    /// The nodes' addresses, in the order `AMQP_URL` lists them.
+    urls: Vec<String>,
+    /// The node the last connection reached: the next connection tries it first.
+    current: AtomicUsize,
     keys: Keys,
     timeout: Duration,
     delivery_limit: u32,
@@ -72,9 +77,11 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// `url`: one AMQP URL, or a comma-separated list of a cluster's nodes.
     pub fn new(url: &str, keys: Keys, timeout: Duration, delivery_limit: u32) -> Self {
         Self {
-            url: url.to_owned(),
+            urls: node_urls(url),
+            current: AtomicUsize::new(0),
             keys,
             timeout,
             delivery_limit,
@@ -87,13 +94,39 @@ impl Broker {
         &self.keys
     }
 
-    /// A new connection, bounded by the dependency timeout.
+    /// A new connection, each attempt bounded by the dependency timeout: to the
+    /// node the last one reached, else to the next listed node that answers (a
+    /// cluster's node that died or is cut off is passed over).
     ///
     /// The connection is made on the runtime that created the broker (the main one):
     /// its I/O is bound to that runtime, and one made inside an HTTP handler would
     /// die with that actix worker's runtime when the server stops.
     pub async fn connect(&self) -> Result<Connection> {
-        let (url, timeout) = (self.url.clone(), self.timeout);
+        let first = self.current.load(Ordering::Relaxed);
+        let mut last_error = None;
+        for i in (0..self.urls.len()).map(|k| (first + k) % self.urls.len()) {
+            match self.connect_to(&self.urls[i]).await {
+                Ok(conn) => {
+                    if i != first {
+                        tracing::info!(node = i + 1, of = self.urls.len(), "connected to another RabbitMQ node");
+                    }
+                    self.current.store(i, Ordering::Relaxed);
+                    return Ok(conn);
+                }
+                Err(e) => {
+                    if self.urls.len() > 1 {
+                        tracing::warn!(node = i + 1, of = self.urls.len(), error = %format!("{e:#}"),
+                            "RabbitMQ node not reached; trying the next");
+                    }
+                    last_error = Some(e);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| anyhow::anyhow!("AMQP_URL names no node")))
+    }
+
+    async fn connect_to(&self, url: &str) -> Result<Connection> {
+        let (url, timeout) = (url.to_owned(), self.timeout);
         // Shown by `rabbitmqctl list_connections client_properties`: operators (and
         // the fault tests) can tell deployments apart on a shared broker.
         let name = format!("seckill:{}", self.keys.namespace());
@@ -276,5 +309,44 @@ impl Drop for CloseOnDrop {
                 let _ = ch.close(200, "consumer done".into()).await;
             }
         });
+    }
+}
+
+/// Checks an `AMQP_URL`: one or more AMQP URLs, comma-separated. The error
+/// names the position of a bad one, never its text (it holds a password).
+pub fn check_urls(list: &str) -> Result<()> {
+    let urls = node_urls(list);
+    anyhow::ensure!(!urls.is_empty(), "AMQP_URL names no RabbitMQ node");
+    for (i, url) in urls.iter().enumerate() {
+        if url.parse::<lapin::uri::AMQPUri>().is_err() {
+            anyhow::bail!("AMQP_URL: node {} of {} is not an AMQP URL", i + 1, urls.len());
+        }
+    }
+    Ok(())
+}
+
+/// The nodes `AMQP_URL` lists, comma-separated (blanks around each ignored).
+fn node_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_names_each_node_and_a_bad_one_by_its_place() {
+        assert_eq!(
+            node_urls(" amqp://a:1/%2f, amqp://b:2/%2f ,,amqp://c:3/%2f"),
+            ["amqp://a:1/%2f", "amqp://b:2/%2f", "amqp://c:3/%2f"]
+        );
+        assert!(check_urls("amqp://guest:guest@127.0.0.1:5672/%2f").is_ok());
+        assert!(check_urls(" , ").is_err());
+        let e = check_urls("amqp://u:secret@a:1/%2f,http://u:secret@b/").unwrap_err();
+        assert_eq!(e.to_string(), "AMQP_URL: node 2 of 2 is not an AMQP URL");
     }
 }

@@ -39,6 +39,8 @@ impl Settings {
         let time_zone: Tz = tz_name
             .parse()
             .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
+        let amqp_url = var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
+        crate::broker::check_urls(&amqp_url)?;
         let s = Settings {
             http_addr: var("SECKILL_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
             database_url: Secret::new(
@@ -48,7 +50,7 @@ impl Settings {
             redis_cluster: flag(&var, "SECKILL_REDIS_CLUSTER", false)?,
             redis_wait_replicas: num(&var, "SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16)? as u32,
             redis_wait_timeout: Duration::from_millis(num(&var, "SECKILL_REDIS_WAIT_TIMEOUT_MS", 200, 1, 60_000)?),
-            amqp_url: Secret::new(var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into())),
+            amqp_url: Secret::new(amqp_url),
             namespace,
             jwt_secret,
             jwt_secret_is_dev,

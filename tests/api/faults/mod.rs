@@ -41,3 +41,4 @@ use std::time::Duration;
 
 mod kills_and_outages;
 mod postgres_crash;
+mod rabbit_cluster;
