@@ -10,5 +10,6 @@ mod settings;
 #[cfg(test)]
 mod tests;
 
+pub use read::standby_urls;
 pub use secret::{Secret, DEV_JWT_SECRET, MIN_JWT_SECRET_BYTES};
 pub use settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS};

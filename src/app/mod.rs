@@ -5,6 +5,7 @@
 //! [`Application::build`] binds its own listener (port 0 picks a free one, see
 //! [`Application::port`]), so tests start the real application in-process.
 mod mode;
+mod pg_follow;
 pub mod readiness;
 mod server;
 mod state;

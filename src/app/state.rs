@@ -18,16 +18,44 @@ use tokio_util::sync::CancellationToken;
 
 /// A pool that connects lazily, so that the process starts while Postgres is down.
 pub fn pg_pool(settings: &Settings) -> Result<PgPool> {
-    let opts = PgConnectOptions::from_str(settings.database_url.expose())
-        .context("DATABASE_URL is not a valid Postgres URL")?;
-    // No statement may outlive the dependency deadline by much: a query stuck on a
-    // lock or a sick server fails instead of holding its connection forever.
-    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
-    let opts = opts.options([("statement_timeout", deadline_ms.to_string())]);
+    let opts =
+        pg_options(settings.database_url.expose(), settings).context("DATABASE_URL is not a valid Postgres URL")?;
     Ok(PgPoolOptions::new()
         .max_connections(settings.db_max_connections)
         .acquire_timeout(settings.dependency_timeout)
         .connect_lazy_with(opts))
+}
+
+/// The connect options of one Postgres server, as every pool of the process uses them.
+fn pg_options(url: &str, settings: &Settings) -> Result<PgConnectOptions> {
+    let opts = PgConnectOptions::from_str(url)?;
+    // No statement may outlive the dependency deadline by much: a query stuck on a
+    // lock or a sick server fails instead of holding its connection forever.
+    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
+    Ok(opts.options([("statement_timeout", deadline_ms.to_string())]))
+}
+
+/// With standbys listed (`SECKILL_DATABASE_STANDBY_URLS`), a task that points
+/// `pools` at whichever listed server is the primary (see [`super::pg_follow`]).
+fn follow_promotions(settings: &Settings, pools: Vec<PgPool>, stop: &CancellationToken) -> Result<()> {
+    let standbys = crate::config::standby_urls(settings.database_standby_urls.expose());
+    if standbys.is_empty() {
+        return Ok(());
+    }
+    let mut servers = vec![pg_options(settings.database_url.expose(), settings)?];
+    for (i, url) in standbys.iter().enumerate() {
+        servers.push(
+            pg_options(url, settings)
+                .with_context(|| format!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1))?,
+        );
+    }
+    tokio::spawn(super::pg_follow::follow(
+        servers,
+        pools,
+        settings.dependency_timeout,
+        stop.clone(),
+    ));
+    Ok(())
 }
 
 /// Applies pending migrations and makes the default `order` sequence rule exist.
@@ -52,6 +80,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let keys = Keys::new(&settings.namespace);
     let pg = pg_pool(&settings)?;
     let background_pg = pg_pool(&settings)?;
+    follow_promotions(&settings, vec![pg.clone(), background_pg.clone()], stop)?;
     let redis = Redis::new(
         settings.redis_url.expose(),
         settings.redis_cluster,

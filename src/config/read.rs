@@ -39,6 +39,12 @@ impl Settings {
         let time_zone: Tz = tz_name
             .parse()
             .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
+        let standbys = var("SECKILL_DATABASE_STANDBY_URLS").unwrap_or_default();
+        for (i, url) in standby_urls(&standbys).iter().enumerate() {
+            if url.parse::<sqlx::postgres::PgConnectOptions>().is_err() {
+                bail!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1);
+            }
+        }
         let amqp_url = var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
         crate::broker::check_urls(&amqp_url)?;
         let s = Settings {
@@ -46,6 +52,7 @@ impl Settings {
             database_url: Secret::new(
                 var("DATABASE_URL").unwrap_or_else(|| "postgres://root@127.0.0.1:5432/seckill".into()),
             ),
+            database_standby_urls: Secret::new(standbys),
             redis_url: Secret::new(var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into())),
             redis_cluster: flag(&var, "SECKILL_REDIS_CLUSTER", false)?,
             redis_wait_replicas: num(&var, "SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16)? as u32,
@@ -193,4 +200,14 @@ fn validate_namespace(ns: &str) -> Result<()> {
         bail!("SECKILL_NAMESPACE must be 1-64 characters of [A-Za-z0-9_-], got {ns:?}");
     }
     Ok(())
+}
+
+/// The URLs `SECKILL_DATABASE_STANDBY_URLS` lists, comma-separated (blanks around
+/// each ignored).
+pub fn standby_urls(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

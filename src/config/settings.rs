@@ -11,6 +11,9 @@ pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
 pub struct Settings {
     pub http_addr: String,
     pub database_url: Secret,
+    /// `SECKILL_DATABASE_STANDBY_URLS`: the standbys that may be promoted in the
+    /// primary's place, comma-separated (empty: none; the pools stay on `database_url`).
+    pub database_standby_urls: Secret,
     pub redis_url: Secret,
     /// `REDIS_URL` lists the seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER`).
     pub redis_cluster: bool,

@@ -41,4 +41,5 @@ use std::time::Duration;
 
 mod kills_and_outages;
 mod postgres_crash;
+mod postgres_failover;
 mod rabbit_cluster;
