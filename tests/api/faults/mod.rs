@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod kills_and_outages;
+mod partitions;
 mod postgres_crash;
 mod postgres_failover;
 mod rabbit_cluster;
