@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Validates docker-compose.yml without a Docker engine: it must parse as YAML,
+"""Validates docker-compose.yml (and its cluster and ha variants) without a Docker engine: it must parse as YAML,
 define the services the README promises with what each needs, and point only at
 services and a Dockerfile that exist. And ship as a careful operator would: no
 secret written in either compose file (each one `${VAR:?...}`, so that `up` refuses
@@ -165,3 +165,71 @@ for name, svc in cservices.items():
     for dep in svc.get("depends_on") or {}:
         if dep not in merged:
             fail(f"{name} (cluster variant) depends on unknown service {dep}")
+
+# The clustered RabbitMQ and Postgres variant (docker-compose.ha.yml, layered over
+# the main file): three RabbitMQ nodes that form one cluster with one cookie, the
+# classic queues mirrored, a Postgres standby made from the primary that streams
+# from it with synchronous commits, and the API and worker given every node and
+# the standby.
+ha_path = os.path.join(root, "docker-compose.ha.yml")
+with open(ha_path, encoding="utf-8") as f:
+    ha = yaml.safe_load(f)
+hservices = ha.get("services") or fail("the ha variant has no services")
+rabbits = sorted(n for n in hservices if re.fullmatch(r"rabbitmq-\d+", n))
+if len(rabbits) < 3:
+    fail("the ha variant needs three RabbitMQ nodes (rabbitmq-1..3)")
+cookies = set()
+for n in rabbits:
+    svc = hservices[n]
+    if svc.get("hostname") != n:
+        fail(f"{n} must have the hostname {n} (its node name is rabbit@{n})")
+    env = svc.get("environment") or {}
+    cookies.add(env.get("RABBITMQ_ERLANG_COOKIE"))
+    mounts = [v for v in svc.get("volumes") or [] if "/etc/rabbitmq/conf.d/" in v]
+    if not mounts:
+        fail(f"{n} must mount the cluster formation config into /etc/rabbitmq/conf.d/")
+    conf = open(os.path.join(root, mounts[0].split(":")[0]), encoding="utf-8").read()
+    for other in rabbits:
+        if f"rabbit@{other}" not in conf:
+            fail(f"{mounts[0].split(':')[0]} does not name rabbit@{other}")
+if len(cookies) != 1 or not REQUIRED_VAR.match(str(next(iter(cookies)))):
+    fail("the RabbitMQ nodes must share one Erlang cookie, from the environment (${VAR:?...})")
+policy = " ".join((hservices.get("rabbitmq-policy") or {}).get("command") or [])
+if "ha-mode" not in policy or "orders\\.(dead|delay|timeout)" not in policy:
+    fail("rabbitmq-policy must mirror the classic queues (orders.dead, .delay, .timeout)")
+standby = hservices.get("postgres-standby") or fail("the ha variant needs postgres-standby")
+standby_cmd = " ".join(standby.get("command") or [])
+if "pg_basebackup" not in standby_cmd or " -R" not in standby_cmd or "-h postgres" not in standby_cmd:
+    fail("postgres-standby must be made from the primary with pg_basebackup -R -h postgres")
+replication = [v for v in (hservices.get("postgres") or {}).get("volumes") or []
+               if "/docker-entrypoint-initdb.d" in v]
+if not replication:
+    fail("the primary must mount an init script that sets up replication")
+init = open(os.path.join(root, replication[0].split(":")[0]), encoding="utf-8").read()
+for setting in ["synchronous_commit = on", "synchronous_standby_names", "host replication"]:
+    if setting not in init:
+        fail(f"{replication[0].split(':')[0]} must set {setting!r}")
+for name in ["api", "worker"]:
+    env = (hservices.get(name) or {}).get("environment") or {}
+    nodes = [u for u in str(env.get("AMQP_URL", "")).split(",") if u]
+    if sorted(re.sub(r"^.*@([^:/]+).*$", r"\1", u) for u in nodes) != rabbits:
+        fail(f"{name} of the ha variant must list every RabbitMQ node in AMQP_URL")
+    for u in nodes:
+        m = URL_PASSWORD.match(u)
+        if m and not REQUIRED_VAR.match(m.group(1)):
+            fail(f"{name}.AMQP_URL has a password written in a URL; use ${{VAR:?message}}")
+    if "@postgres-standby:" not in str(env.get("SECKILL_DATABASE_STANDBY_URLS", "")):
+        fail(f"{name} of the ha variant must name postgres-standby in SECKILL_DATABASE_STANDBY_URLS")
+check_secrets("docker-compose.ha.yml", ha)
+merged = set(services) | set(cservices) | set(hservices)
+for name, svc in hservices.items():
+    for dep in svc.get("depends_on") or {}:
+        if dep not in merged:
+            fail(f"{name} (ha variant) depends on unknown service {dep}")
+    for vol in svc.get("volumes") or []:
+        src = vol.split(":")[0]
+        if src.startswith("."):
+            if not os.path.exists(os.path.join(root, src)):
+                fail(f"{name} (ha variant) mounts {src}, which does not exist")
+        elif not src.startswith("/") and src not in (ha.get("volumes") or {}):
+            fail(f"{name} (ha variant) uses undeclared volume {src}")
