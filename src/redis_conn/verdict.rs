@@ -87,8 +87,15 @@ fn not_a_usable_master(kind: ServerErrorKind) -> bool {
     )
 }
 
+/// Codes redis-rs gives no kind of their own that say the server stopped being a
+/// master under the command: a master that becomes a replica (a partition healed
+/// on its minority side, a manual failover) unblocks the `WAIT` it was holding
+/// with `UNBLOCKED force unblock from blocking operation, instance state changed
+/// (master -> replica?)`.
+const NO_LONGER_A_MASTER: [&str; 1] = ["UNBLOCKED"];
+
 fn refuses(e: &ServerError) -> bool {
-    e.kind().is_some_and(not_a_usable_master)
+    e.kind().is_some_and(not_a_usable_master) || NO_LONGER_A_MASTER.contains(&e.code())
 }
 
 /// Whether a reply (or, for a pipeline or a transaction, any reply in it) is
@@ -189,6 +196,15 @@ mod tests {
             b"-BUSYKEY Target key name already exists.\r\n"
         )));
         assert!(!is_transient(&as_error(b"-NOSCRIPT No matching script.\r\n")));
+    }
+
+    #[test]
+    fn a_wait_unblocked_by_a_master_turned_replica_breaks_the_connection_and_passes() {
+        let line = b"-UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)\r\n";
+        let e = as_error(line);
+        assert!(breaks_connection(&e) && is_transient(&e), "{e}");
+        // As the pipeline of reserve.lua + WAIT answers it.
+        assert!(reply_refuses(&Value::Array(vec![Value::Int(1), server_error(line)])));
     }
 
     #[test]
