@@ -44,3 +44,4 @@ mod partitions;
 mod postgres_crash;
 mod postgres_failover;
 mod rabbit_cluster;
+mod redis_minority;
