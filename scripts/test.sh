@@ -46,7 +46,12 @@ fi
 # `--workspace` as in the first pass: without it Cargo resolves the dependencies'
 # features for the root package alone (the bench crate adds some), builds sqlx and
 # the crate a second time, and doubles `target/` (a CI run once ran out of disk here).
-TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" --skip cost:: --skip nemesis::
+# The clustered engines' and the partitions' faults (issue 40) run their own
+# RabbitMQ nodes, Postgres pair and Redis (a cluster of their own, or one node in
+# a network namespace's reach): they ran in the first pass and would only repeat.
+TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" --skip cost:: --skip nemesis:: \
+  --skip faults::rabbit_cluster:: --skip faults::postgres_failover:: --skip faults::partitions:: \
+  --skip faults::redis_minority::
 if [ "${#ignored[@]}" = 0 ]; then
   TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api on_a_cluster_ -- --ignored
 fi
