@@ -45,3 +45,31 @@ mod postgres_crash;
 mod postgres_failover;
 mod rabbit_cluster;
 mod redis_minority;
+
+/// After [`settle`]: prints the fault's answers and how long `app` reports the
+/// sale closed (`seckill_sale_closed_seconds`), fails on any 5xx but 503, and
+/// returns that closure in seconds.
+pub async fn closure(scenario: &str, app: &TestApp, voucher: i64, tally: &Tally) -> f64 {
+    let closed = app
+        .metric(&format!("seckill_sale_closed_seconds{{voucher=\"{voucher}\"}}"))
+        .await;
+    println!(
+        "fault {scenario}: answers {:?}; sale closed {closed:.1} s",
+        tally.statuses
+    );
+    let errors = tally.statuses.iter().filter(|(s, _)| **s >= 500 && **s != 503).count();
+    assert_eq!(errors, 0, "{scenario}: no 5xx but 503: {:?}", tally.statuses);
+    closed
+}
+
+/// [`closure`], and the sale neither closed nor answered 503 at all.
+pub async fn never_closed(scenario: &str, app: &TestApp, voucher: i64, tally: &Tally) {
+    let closed = closure(scenario, app, voucher, tally).await;
+    assert_eq!(closed, 0.0, "{scenario}: the sale was closed");
+    assert_eq!(
+        tally.statuses.get(&503),
+        None,
+        "{scenario}: the sale answered 503: {:?}",
+        tally.statuses
+    );
+}

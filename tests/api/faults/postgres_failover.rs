@@ -2,7 +2,7 @@
 //! synchronous standby promoted. The processes were given the standby
 //! (`SECKILL_DATABASE_STANDBY_URLS`) and point their pools at it once it is primary.
 use super::*;
-use crate::fixtures::{spawn_serve_binary, spawn_worker_binary};
+use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, stop_all};
 
 /// Two `serve` processes (the test's in-process instance, whose worker also
 /// runs, and one more) and two `seckill worker` processes, a sharded sale, a
@@ -53,22 +53,12 @@ async fn the_postgres_primary_killed_9_and_its_sync_standby_promoted_loses_nothi
     .await;
     let all = after_the_fault("postgres failover", &app.addr, &app.jwt, app.pg(), v, tally).await;
     settle("postgres failover", &app, v, stock, &all).await;
-    let errors = all.statuses.iter().filter(|(s, _)| **s >= 500 && **s != 503).count();
-    let closed = app
-        .metric(&format!("seckill_sale_closed_seconds{{voucher=\"{v}\"}}"))
-        .await;
     println!(
-        "fault postgres failover: promoted {:.1} s after the kill; answers {:?}; sale closed {closed:.1} s",
-        promoted_in.lock().unwrap().as_secs_f64(),
-        all.statuses
+        "fault postgres failover: promoted {:.1} s after the kill",
+        promoted_in.lock().unwrap().as_secs_f64()
     );
-    assert_eq!(errors, 0, "no 5xx but 503: {:?}", all.statuses);
-    assert_eq!(all.statuses.get(&503), None, "the sale stayed open: {:?}", all.statuses);
-    assert_eq!(closed, 0.0, "the sale was never closed");
+    never_closed("postgres failover", &app, v, &all).await;
     assert_eq!(standby.query("SELECT pg_is_in_recovery()").trim(), "f");
-    for child in workers.iter_mut().chain([&mut serve]) {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    stop_all(workers.iter_mut().chain([&mut serve]));
     app.shutdown().await;
 }

@@ -2,7 +2,7 @@
 //! replicas and the other masters (the minority side of a partition), while the
 //! service still reaches it, with `WAIT 1`; then healed.
 use super::*;
-use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, MinorityCluster};
+use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, stop_all, MinorityCluster};
 
 /// Two `serve` processes (the test's in-process instance, whose worker also
 /// runs, and one more) and two `seckill worker` processes on a cluster of 3
@@ -94,19 +94,11 @@ async fn a_redis_master_on_the_minority_side_of_a_partition_loses_nothing_with_w
     let scenario = "redis master on the minority side";
     let all = after_the_fault(scenario, &app.addr, &app.jwt, app.pg(), v, tally).await;
     settle(scenario, &app, v, stock, &all).await;
-    let errors = all.statuses.iter().filter(|(s, _)| **s >= 500 && **s != 503).count();
-    let closed = app
-        .metric(&format!("seckill_sale_closed_seconds{{voucher=\"{v}\"}}"))
-        .await;
     println!(
-        "fault {scenario}: failed over {:.1} s after the cut; answers {:?}; sale closed {closed:.1} s",
-        failover.lock().unwrap().as_secs_f64(),
-        all.statuses
+        "fault {scenario}: failed over {:.1} s after the cut",
+        failover.lock().unwrap().as_secs_f64()
     );
-    assert_eq!(errors, 0, "{scenario}: no 5xx but 503: {:?}", all.statuses);
-    for child in &mut children {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    closure(scenario, &app, v, &all).await;
+    stop_all(&mut children);
     app.shutdown().await;
 }
