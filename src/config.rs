@@ -4,12 +4,13 @@
 //! default to values that suit the local services. Secrets are never printed: the
 //! `Debug` of [`Secret`] hides its value.
 mod bind;
+mod list;
 mod read;
 mod secret;
 mod settings;
 #[cfg(test)]
 mod tests;
 
-pub use read::standby_urls;
+pub use list::comma_list;
 pub use secret::{Secret, DEV_JWT_SECRET, MIN_JWT_SECRET_BYTES};
 pub use settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS};

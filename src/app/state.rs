@@ -35,24 +35,25 @@ fn pg_options(url: &str, settings: &Settings) -> Result<PgConnectOptions> {
     Ok(opts.options([("statement_timeout", deadline_ms.to_string())]))
 }
 
-/// With standbys listed (`SECKILL_DATABASE_STANDBY_URLS`), a task that points
-/// `pools` at whichever listed server is the primary (see [`super::pg_follow`]).
-fn follow_promotions(settings: &Settings, pools: Vec<PgPool>, stop: &CancellationToken) -> Result<()> {
-    let standbys = crate::config::standby_urls(settings.database_standby_urls.expose());
+/// With standbys listed (`SECKILL_DATABASE_STANDBY_URLS`), points `pools` at
+/// the listed server that is the primary now, then starts the task that follows
+/// it (see [`super::pg_follow`]).
+async fn follow_promotions(settings: &Settings, pools: Vec<PgPool>, stop: &CancellationToken) -> Result<()> {
+    let standbys = crate::config::comma_list(settings.database_standby_urls.expose());
     if standbys.is_empty() {
         return Ok(());
     }
     let mut servers = vec![pg_options(settings.database_url.expose(), settings)?];
-    for (i, url) in standbys.iter().enumerate() {
-        servers.push(
-            pg_options(url, settings)
-                .with_context(|| format!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1))?,
-        );
+    for url in &standbys {
+        // Checked when the settings were read.
+        servers.push(pg_options(url, settings)?);
     }
+    let at = super::pg_follow::start(&servers, &pools, settings.dependency_timeout).await;
     tokio::spawn(super::pg_follow::follow(
         servers,
         pools,
         settings.dependency_timeout,
+        at,
         stop.clone(),
     ));
     Ok(())
@@ -80,7 +81,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let keys = Keys::new(&settings.namespace);
     let pg = pg_pool(&settings)?;
     let background_pg = pg_pool(&settings)?;
-    follow_promotions(&settings, vec![pg.clone(), background_pg.clone()], stop)?;
+    follow_promotions(&settings, vec![pg.clone(), background_pg.clone()], stop).await?;
     let redis = Redis::new(
         settings.redis_url.expose(),
         settings.redis_cluster,

@@ -1,5 +1,6 @@
 //! Reading [`Settings`] from the environment (or a map): each variable's default,
 //! its bounds, and an error that names it.
+use super::list::comma_list;
 use super::secret::{Secret, DEV_JWT_SECRET, MIN_JWT_SECRET_BYTES};
 use super::settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS};
 use anyhow::{bail, Context, Result};
@@ -40,13 +41,13 @@ impl Settings {
             .parse()
             .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
         let standbys = var("SECKILL_DATABASE_STANDBY_URLS").unwrap_or_default();
-        for (i, url) in standby_urls(&standbys).iter().enumerate() {
+        for (i, url) in comma_list(&standbys).iter().enumerate() {
             if url.parse::<sqlx::postgres::PgConnectOptions>().is_err() {
                 bail!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1);
             }
         }
         let amqp_url = var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-        crate::broker::check_urls(&amqp_url)?;
+        check_amqp_urls(&amqp_url)?;
         let s = Settings {
             http_addr: var("SECKILL_HTTP_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into()),
             database_url: Secret::new(
@@ -202,12 +203,29 @@ fn validate_namespace(ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// The URLs `SECKILL_DATABASE_STANDBY_URLS` lists, comma-separated (blanks around
-/// each ignored).
-pub fn standby_urls(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect()
+/// Checks an `AMQP_URL`: one or more AMQP URLs, comma-separated. The error
+/// names the position of a bad one, never its text (it holds a password).
+fn check_amqp_urls(list: &str) -> Result<()> {
+    let urls = comma_list(list);
+    anyhow::ensure!(!urls.is_empty(), "AMQP_URL names no RabbitMQ node");
+    for (i, url) in urls.iter().enumerate() {
+        if url.parse::<lapin::uri::AMQPUri>().is_err() {
+            bail!("AMQP_URL: node {} of {} is not an AMQP URL", i + 1, urls.len());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod amqp_tests {
+    use super::check_amqp_urls;
+
+    #[test]
+    fn a_bad_node_is_named_by_its_place_never_its_text() {
+        assert!(check_amqp_urls("amqp://guest:guest@127.0.0.1:5672/%2f").is_ok());
+        assert!(check_amqp_urls("amqp://a:1/%2f, amqp://b:2/%2f").is_ok());
+        assert!(check_amqp_urls(" , ").is_err());
+        let e = check_amqp_urls("amqp://u:secret@a:1/%2f,http://u:secret@b/").unwrap_err();
+        assert_eq!(e.to_string(), "AMQP_URL: node 2 of 2 is not an AMQP URL");
+    }
 }

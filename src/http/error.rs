@@ -121,10 +121,12 @@ fn is_dependency_down(err: &anyhow::Error) -> bool {
             return match e {
                 sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
                 // Connection failures (08), shutdowns and "cannot connect now" (57),
-                // too many connections (53).
+                // too many connections (53), and a write on a connection to a server
+                // that became a standby (25006, read-only transaction): the pools
+                // move to the promoted primary (app/pg_follow.rs).
                 sqlx::Error::Database(db) => db
                     .code()
-                    .is_some_and(|c| c.starts_with("08") || c.starts_with("57") || c.starts_with("53")),
+                    .is_some_and(|c| c.starts_with("08") || c.starts_with("57") || c.starts_with("53") || c == "25006"),
                 _ => false,
             };
         }
