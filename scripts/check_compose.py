@@ -201,6 +201,9 @@ standby = hservices.get("postgres-standby") or fail("the ha variant needs postgr
 standby_cmd = " ".join(standby.get("command") or [])
 if "pg_basebackup" not in standby_cmd or " -R" not in standby_cmd or "-h postgres" not in standby_cmd:
     fail("postgres-standby must be made from the primary with pg_basebackup -R -h postgres")
+if "synchronous_standby_names = ''" not in standby_cmd:
+    fail("postgres-standby must clear the synchronous_standby_names it copies from the primary "
+         "(promoted, it would wait for a standby of its own on every commit)")
 replication = [v for v in (hservices.get("postgres") or {}).get("volumes") or []
                if "/docker-entrypoint-initdb.d" in v]
 if not replication:
@@ -211,6 +214,9 @@ for setting in ["synchronous_commit = on", "synchronous_standby_names", "host re
         fail(f"{replication[0].split(':')[0]} must set {setting!r}")
 for name in ["api", "worker"]:
     env = (hservices.get(name) or {}).get("environment") or {}
+    waits = (hservices.get(name) or {}).get("depends_on") or {}
+    if "postgres-standby" not in waits or "rabbitmq-policy" not in waits:
+        fail(f"{name} of the ha variant must wait for postgres-standby and rabbitmq-policy")
     nodes = [u for u in str(env.get("AMQP_URL", "")).split(",") if u]
     if sorted(re.sub(r"^.*@([^:/]+).*$", r"\1", u) for u in nodes) != rabbits:
         fail(f"{name} of the ha variant must list every RabbitMQ node in AMQP_URL")

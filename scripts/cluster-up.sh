@@ -16,7 +16,7 @@
 #
 # The settings it prints (eval them) point `seckill` at the cluster:
 #   eval "$(scripts/cluster-up.sh)"; target/release/seckill all
-# Promote the standby when the primary dies: pg_ctlcluster 15 seckill-standby promote
+# Promote the standby when the primary dies: pg_ctlcluster <version> seckill-standby promote
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +51,9 @@ rabbit_running() { rabbit_ctl 1 eval 'length(rabbit_nodes:all_running()).' 2>/de
 
 rabbit_up() {
   rabbit_running && return 0
+  # Never wipe a deployment that holds data: a node down is the operator's to
+  # bring back (or `down`, which forgets everything).
+  [ -d "$DIR/rabbit-1" ] && die "the RabbitMQ nodes exist but are not all running: start the stopped one, or run '$0 down' to forget them"
   say "starting RabbitMQ nodes $(rabbit_node 1), $(rabbit_node 2), $(rabbit_node 3) on ports $((RABBIT_BASE + 1))-$((RABBIT_BASE + 3))"
   rabbit_down
   local n d
@@ -92,6 +95,8 @@ pg_up() {
   pg_synced && return 0
   local v
   v=$(pg_version)
+  [ -d "/etc/postgresql/$v/seckill-primary" ] \
+    && die "the Postgres clusters exist but the standby is not synchronous (down, or promoted): see pg_lsclusters, or run '$0 down' to forget them"
   say "starting Postgres $v: primary seckill-primary on $PG_PRIMARY, synchronous standby seckill-standby on $PG_STANDBY"
   pg_down
   pg_createcluster -q -p "$PG_PRIMARY" "$v" seckill-primary -- -A trust >/dev/null

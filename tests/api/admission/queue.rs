@@ -47,8 +47,8 @@ async fn thousands_are_admitted_in_place_order_at_the_set_rate_early_arrivals_sh
     // begin_at has passed) a late join is answered 503 at once: a shopper's app
     // tries again, as this one does.
     let mut late_places = Vec::new();
+    let sealed_by = std::time::Instant::now() + Duration::from_secs(30);
     for user in early_n + 1..=early_n + late_n {
-        let sealed_by = std::time::Instant::now() + Duration::from_secs(30);
         let (status, body) = loop {
             let (status, body) = join(&app, v, user, &[]).await;
             if status != StatusCode::SERVICE_UNAVAILABLE || std::time::Instant::now() > sealed_by {

@@ -49,6 +49,10 @@ async fn the_rabbitmq_node_leading_the_orders_queue_killed_9_loses_nothing() {
             .unwrap()
     }
     .expect("the orders queue has a leader");
+    // Declared through the first listed node, where every process connected
+    // first (a quorum queue's leader is placed on the declaring node): the kill
+    // makes every relay and worker move to another node.
+    assert_eq!(leader, 0, "the orders queue is led by the node every process is on");
     let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| {
         let cluster = cluster.clone();
         async move {
