@@ -5,9 +5,8 @@
 //! - `a_worker_cut_off_from_postgres_mid_batch_then_healed_loses_nothing`;
 //! - `a_relay_cut_off_from_rabbitmq_while_publishing_then_healed_loses_nothing`.
 use super::*;
-use crate::fixtures::{spawn_serve_in, spawn_worker_binary, spawn_worker_in, stop_all, NetNs};
+use crate::fixtures::{spawn_serve_in, spawn_worker_binary, spawn_worker_in, NetNs, Reaped};
 use crowd::Landing;
-use std::process::Child;
 
 /// The addresses, inside the namespace, of the dependencies (`NetNs::cut` them).
 const POSTGRES: u8 = 10;
@@ -84,19 +83,19 @@ impl Partitioned {
     /// sale of 250 units in 4 shards that the serve inside has sold from (its
     /// first order); then a crowd at the serve inside, with `fault` landing on
     /// it, the drain and the checks of [`settle`]. Returns the serve's base URL,
-    /// the sale, the answers, and the processes (to stop).
-    async fn crowd_at_a_serve_inside<F, Fut>(&self, scenario: &str, fault: F) -> (String, i64, Tally, Vec<Child>)
+    /// the sale, the answers, and the processes (stopped when dropped).
+    async fn crowd_at_a_serve_inside<F, Fut>(&self, scenario: &str, fault: F) -> (String, i64, Tally, Reaped)
     where
         F: FnOnce(Landing, Arc<NetNs>) -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
         let (serve, base) = spawn_serve_in(&self.ns, &self.net, &Self::vars(&self.inside)).await;
         let outside = Self::vars(&self.outside);
-        let children = vec![
+        let children = Reaped(vec![
             serve,
             spawn_worker_binary(&self.ns, &outside).await,
             spawn_worker_binary(&self.ns, &outside).await,
-        ];
+        ]);
         let stock = 250;
         let v = self.app.sharded_sale(stock, 4).await;
         let first = first_order(&self.app, &base, v).await;
@@ -145,7 +144,7 @@ async fn a_serve_cut_off_from_postgres_then_from_redis_then_healed_loses_nothing
     require_root();
     let p = Partitioned::new(true).await;
     let scenario = "serve partitioned";
-    let (_, v, all, mut children) = p
+    let (_, v, all, _children) = p
         .crowd_at_a_serve_inside(scenario, |landing, net| async move {
             landing.lands().await;
             net.cut(POSTGRES);
@@ -164,7 +163,6 @@ async fn a_serve_cut_off_from_postgres_then_from_redis_then_healed_loses_nothing
         0.0,
         "{scenario}: a sale was closed"
     );
-    stop_all(&mut children);
     p.app.shutdown().await;
 }
 
@@ -178,10 +176,10 @@ async fn a_serve_cut_off_from_postgres_then_from_redis_then_healed_loses_nothing
 async fn a_worker_cut_off_from_postgres_mid_batch_then_healed_loses_nothing() {
     require_root();
     let p = Partitioned::new(true).await;
-    let mut children = vec![
+    let _children = Reaped(vec![
         spawn_worker_in(&p.ns, &p.net, &Partitioned::vars(&p.inside)).await,
         spawn_worker_binary(&p.ns, &Partitioned::vars(&p.outside)).await,
-    ];
+    ]);
     let stock = 250;
     let v = p.app.sharded_sale(stock, 4).await;
     let tally = crowd(&p.app.addr, &p.app.jwt, p.app.pg(), v, 1..301, |landing| {
@@ -198,7 +196,6 @@ async fn a_worker_cut_off_from_postgres_mid_batch_then_healed_loses_nothing() {
     let all = after_the_fault(scenario, &p.app.addr, &p.app.jwt, p.app.pg(), v, tally).await;
     settle(scenario, &p.app, v, stock, &all).await;
     never_closed(scenario, &p.app, v, &all).await;
-    stop_all(&mut children);
     p.app.shutdown().await;
 }
 
@@ -213,7 +210,7 @@ async fn a_relay_cut_off_from_rabbitmq_while_publishing_then_healed_loses_nothin
     require_root();
     let p = Partitioned::new(false).await;
     let scenario = "relay partitioned from rabbitmq";
-    let (base, v, all, mut children) = p
+    let (base, v, all, _children) = p
         .crowd_at_a_serve_inside(scenario, |landing, net| async move {
             landing.lands().await;
             net.cut(RABBITMQ);
@@ -241,6 +238,5 @@ async fn a_relay_cut_off_from_rabbitmq_while_publishing_then_healed_loses_nothin
         failed > 0.0,
         "{scenario}: the cut hit no publication awaiting its confirm"
     );
-    stop_all(&mut children);
     p.app.shutdown().await;
 }

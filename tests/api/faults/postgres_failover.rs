@@ -2,7 +2,7 @@
 //! synchronous standby promoted. The processes were given the standby
 //! (`SECKILL_DATABASE_STANDBY_URLS`) and point their pools at it once it is primary.
 use super::*;
-use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, stop_all};
+use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, Reaped};
 
 /// Two `serve` processes (the test's in-process instance, whose worker also
 /// runs, and one more) and two `seckill worker` processes, a sharded sale, a
@@ -29,11 +29,12 @@ async fn the_postgres_primary_killed_9_and_its_sync_standby_promoted_loses_nothi
         ("DATABASE_URL", primary_url.as_str()),
         ("SECKILL_DATABASE_STANDBY_URLS", standby_url.as_str()),
     ];
-    let (mut serve, _) = spawn_serve_binary(&ns, &extra).await;
-    let mut workers = [
+    let (serve, _) = spawn_serve_binary(&ns, &extra).await;
+    let _children = Reaped(vec![
+        serve,
         spawn_worker_binary(&ns, &extra).await,
         spawn_worker_binary(&ns, &extra).await,
-    ];
+    ]);
     let stock = 250;
     let v = app.sharded_sale(stock, 4).await;
     let (primary, standby) = (Arc::new(primary), Arc::new(standby));
@@ -59,6 +60,5 @@ async fn the_postgres_primary_killed_9_and_its_sync_standby_promoted_loses_nothi
     );
     never_closed("postgres failover", &app, v, &all).await;
     assert_eq!(standby.query("SELECT pg_is_in_recovery()").trim(), "f");
-    stop_all(workers.iter_mut().chain([&mut serve]));
     app.shutdown().await;
 }

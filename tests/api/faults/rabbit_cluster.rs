@@ -3,7 +3,7 @@
 //! were given every node (`AMQP_URL` a comma-separated list) and move to a live
 //! one; the quorum queue elects a new leader among the other two members.
 use super::*;
-use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, stop_all, OwnRabbitCluster};
+use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, OwnRabbitCluster, Reaped};
 
 /// Two `serve` processes (the test's in-process instance, whose worker also
 /// runs, and one more) and two `seckill worker` processes, a sharded sale, a
@@ -26,11 +26,12 @@ async fn the_rabbitmq_node_leading_the_orders_queue_killed_9_loses_nothing() {
     let urls = cluster.urls();
     let app = TestApp::builder(&ns).env("AMQP_URL", urls.clone()).spawn().await;
     let extra = [("AMQP_URL", urls.as_str())];
-    let (mut serve, _) = spawn_serve_binary(&ns, &extra).await;
-    let mut workers = [
+    let (serve, _) = spawn_serve_binary(&ns, &extra).await;
+    let _children = Reaped(vec![
+        serve,
         spawn_worker_binary(&ns, &extra).await,
         spawn_worker_binary(&ns, &extra).await,
-    ];
+    ]);
     let queue = format!("{name}.orders");
     assert_eq!(
         cluster.members(&queue),
@@ -80,6 +81,5 @@ async fn the_rabbitmq_node_leading_the_orders_queue_killed_9_loses_nothing() {
         new_leader.unwrap() + 1
     );
     never_closed("rabbitmq leader killed", &app, v, &all).await;
-    stop_all(workers.iter_mut().chain([&mut serve]));
     app.shutdown().await;
 }

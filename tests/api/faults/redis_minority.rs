@@ -2,7 +2,7 @@
 //! replicas and the other masters (the minority side of a partition), while the
 //! service still reaches it, with `WAIT 1`; then healed.
 use super::*;
-use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, stop_all, MinorityCluster};
+use crate::fixtures::{spawn_serve_binary, spawn_worker_binary, MinorityCluster, Reaped};
 
 /// Two `serve` processes (the test's in-process instance, whose worker also
 /// runs, and one more) and two `seckill worker` processes on a cluster of 3
@@ -41,11 +41,11 @@ async fn a_redis_master_on_the_minority_side_of_a_partition_loses_nothing_with_w
     }
     let app = builder.spawn().await;
     let (serve, _) = spawn_serve_binary(&ns, &env).await;
-    let mut children = vec![
+    let _children = Reaped(vec![
         serve,
         spawn_worker_binary(&ns, &env).await,
         spawn_worker_binary(&ns, &env).await,
-    ];
+    ]);
     let stock = 250;
     let v = app.sharded_sale(stock, 8).await;
     let held = {
@@ -99,6 +99,5 @@ async fn a_redis_master_on_the_minority_side_of_a_partition_loses_nothing_with_w
         failover.lock().unwrap().as_secs_f64()
     );
     closure(scenario, &app, v, &all).await;
-    stop_all(&mut children);
     app.shutdown().await;
 }
