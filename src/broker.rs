@@ -21,6 +21,21 @@ use tokio::sync::Mutex;
 
 pub mod orders_queue;
 
+/// The AMQP heartbeat asked for where `AMQP_URL` names none: a connection that
+/// hears nothing from its node for twice this long is closed and made again
+/// (RabbitMQ's own default is 60 s; below 5 s it warns of false alarms).
+pub const DEFAULT_HEARTBEAT_SECS: u16 = 5;
+
+/// One node's URL, with [`DEFAULT_HEARTBEAT_SECS`] where it names no heartbeat.
+fn node_uri(url: &str) -> Result<lapin::uri::AMQPUri> {
+    let mut uri: lapin::uri::AMQPUri = url
+        .parse()
+        // (Checked at start; the parser's message could quote a password.)
+        .map_err(|_: String| anyhow::anyhow!("AMQP_URL names a node that is not an AMQP URL"))?;
+    uri.query.heartbeat.get_or_insert(DEFAULT_HEARTBEAT_SECS);
+    Ok(uri)
+}
+
 /// Routing key of order batches.
 pub const ORDERS_ROUTING_KEY: &str = "orders";
 
@@ -40,26 +55,47 @@ pub async fn publish_confirmed(
         mandatory: true,
         ..Default::default()
     };
-    let confirm = ch
-        .basic_publish(
-            exchange.into(),
-            routing_key.into(),
-            opts,
-            body,
-            props.with_delivery_mode(2),
-        )
-        .await
-        .context("publishing")?;
-    let confirmation = tokio::time::timeout(timeout, confirm)
-        .await
-        .context("no publisher confirm in time")?
-        .context("waiting for the publisher confirm")?;
+    // The whole of it within `timeout`, sending included: on a connection to a
+    // node cut off by the network, lapin's send can wait as long as the cut
+    // (seen: a worker held 14 s, to the heal, its heartbeat check not firing
+    // meanwhile), and a process waiting there never moves to a live node.
+    let confirmation = tokio::time::timeout(timeout, async {
+        let confirm = ch
+            .basic_publish(
+                exchange.into(),
+                routing_key.into(),
+                opts,
+                body,
+                props.with_delivery_mode(2),
+            )
+            .await
+            .context("publishing")?;
+        confirm.await.context("waiting for the publisher confirm")
+    })
+    .await
+    .context("no publisher confirm in time")??;
     anyhow::ensure!(confirmation.is_ack(), "RabbitMQ refused the message (nack)");
     anyhow::ensure!(
         confirmation.take_message().is_none(),
         "RabbitMQ returned the message as unroutable"
     );
     Ok(())
+}
+
+/// `op`, an answer to a delivery (`ack`, `nack`, `reject`), within `timeout`:
+/// like a publication, its send can wait as long as a network cut lasts, and a
+/// worker waiting there holds its deliveries and never moves to a live node.
+/// On `Err` the caller drops the connection; the broker then delivers the
+/// message again (the worker is idempotent).
+pub async fn answered<T>(
+    timeout: Duration,
+    what: &'static str,
+    op: impl std::future::Future<Output = lapin::Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(timeout, op)
+        .await
+        .with_context(|| format!("{what}: not sent in time"))?
+        .context(what)
 }
 
 /// Opens connections to a broker (one node, or any live node of a cluster) and
@@ -94,6 +130,12 @@ impl Broker {
         &self.keys
     }
 
+    /// How long a connection, a publication's confirm or an answer to a
+    /// delivery may take (the dependency timeout).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// A new connection, each attempt bounded by the dependency timeout: to the
     /// node the last one reached, else to the next listed node that answers (a
     /// cluster's node that died or is cut off is passed over).
@@ -125,6 +167,10 @@ impl Broker {
         Err(last_error.unwrap_or_else(|| anyhow::anyhow!("AMQP_URL names no node")))
     }
 
+    /// A connection to one node. Its heartbeat is the URL's `heartbeat`, else
+    /// [`DEFAULT_HEARTBEAT_SECS`]: a node cut off by the network (alive, its
+    /// packets dropped) sends no close, and a consumer on it would otherwise wait
+    /// RabbitMQ's 60 s heartbeat twice over before moving to a live node.
     async fn connect_to(&self, url: &str) -> Result<Connection> {
         let (url, timeout) = (url.to_owned(), self.timeout);
         // Shown by `rabbitmqctl list_connections client_properties`: operators (and
@@ -133,7 +179,7 @@ impl Broker {
         let connect = async move {
             // lapin's `tokio` feature binds the connection to the current runtime.
             let props = ConnectionProperties::default().with_connection_name(name.into());
-            tokio::time::timeout(timeout, Connection::connect(&url, props))
+            tokio::time::timeout(timeout, Connection::connect_uri(node_uri(&url)?, props))
                 .await
                 .context("connecting to RabbitMQ timed out")?
                 .context("connecting to RabbitMQ")
@@ -268,8 +314,18 @@ impl Broker {
     /// Closes the health-check connection.
     pub async fn close(&self) {
         if let Some(conn) = self.health.lock().await.take() {
-            let _ = conn.close(200, "shutting down".into()).await;
+            self.close_conn(&conn, "shutting down").await;
         }
+    }
+
+    /// Closes `conn`, waiting for its node's answer no longer than the
+    /// dependency timeout: a node cut off by the network never answers, and a
+    /// worker that waited for it after a failure held its deliveries and never
+    /// moved to a live node (seen: for as long as the cut lasted). Either way
+    /// the connection is dropped, and the broker requeues what it held once
+    /// it notices.
+    pub async fn close_conn(&self, conn: &Connection, reason: &str) {
+        let _ = tokio::time::timeout(self.timeout, conn.close(200, reason.into())).await;
     }
 
     /// Deletes every queue and exchange of the namespace (test clean-up).
@@ -283,7 +339,7 @@ impl Broker {
         for e in [k.orders_exchange(), k.dead_exchange(), k.timeout_exchange()] {
             let _ = ch.exchange_delete(e.into(), Default::default()).await;
         }
-        let _ = conn.close(200, "bye".into()).await;
+        self.close_conn(&conn, "bye").await;
         Ok(())
     }
 }
@@ -327,5 +383,15 @@ mod tests {
             node_urls(" amqp://a:1/%2f, amqp://b:2/%2f ,,amqp://c:3/%2f"),
             ["amqp://a:1/%2f", "amqp://b:2/%2f", "amqp://c:3/%2f"]
         );
+    }
+
+    #[test]
+    fn a_node_gets_the_default_heartbeat_unless_its_url_names_one() {
+        let uri = node_uri("amqp://guest:guest@127.0.0.1:5672/%2f").unwrap();
+        assert_eq!(uri.query.heartbeat, Some(DEFAULT_HEARTBEAT_SECS));
+        let uri = node_uri("amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=30").unwrap();
+        assert_eq!(uri.query.heartbeat, Some(30));
+        let err = node_uri("http://user:hunter2@x").unwrap_err();
+        assert!(!format!("{err:#}").contains("hunter2"));
     }
 }

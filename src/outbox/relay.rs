@@ -264,7 +264,7 @@ impl Relay {
                 }
             }
         }
-        let _ = conn.close(200, "relay stopping".into()).await;
+        self.broker.close_conn(&conn, "relay stopping").await;
         Ok(())
     }
 

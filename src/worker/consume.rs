@@ -4,6 +4,7 @@ use super::attempt::Persisted;
 use super::hands::Held;
 use super::setup::Worker;
 use super::timeout;
+use crate::broker::answered;
 use crate::order::model::OrderBatch;
 use anyhow::{Context, Result};
 use futures::{FutureExt, StreamExt};
@@ -168,11 +169,11 @@ impl Worker {
             }
         }
         if let Some(e) = failure {
-            let _ = conn.close(200, "worker failed".into()).await;
+            self.broker.close_conn(&conn, "worker failed").await;
             return Err(e);
         }
         // Unacknowledged deliveries return to the queue when the channel closes.
-        let _ = conn.close(200, "worker stopping".into()).await;
+        self.broker.close_conn(&conn, "worker stopping").await;
         Ok(())
     }
 
@@ -197,9 +198,8 @@ impl Worker {
                 Some(b) => good.push((d, b)),
                 None => {
                     self.metrics.worker_poison.inc();
-                    d.reject(BasicRejectOptions { requeue: false })
-                        .await
-                        .context("rejecting a poison message")?;
+                    let reject = d.reject(BasicRejectOptions { requeue: false });
+                    answered(self.broker.timeout(), "rejecting a poison message", reject).await?;
                 }
             }
         }
@@ -224,9 +224,8 @@ impl Worker {
                     let ids = orders.iter().map(|o| o.id).collect();
                     timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                     for (d, _) in chunk {
-                        d.ack(BasicAckOptions::default())
-                            .await
-                            .context("acknowledging a batch")?;
+                        let ack = d.ack(BasicAckOptions::default());
+                        answered(self.broker.timeout(), "acknowledging a batch", ack).await?;
                     }
                 }
                 Persisted::Refused(e) if chunk.len() > 1 => {
@@ -241,12 +240,11 @@ impl Worker {
                 }
                 Persisted::Release(e) => {
                     for (d, _) in &good[start..] {
-                        d.nack(BasicNackOptions {
+                        let nack = d.nack(BasicNackOptions {
                             requeue: true,
                             multiple: false,
-                        })
-                        .await
-                        .context("handing a batch back")?;
+                        });
+                        answered(self.broker.timeout(), "handing a batch back", nack).await?;
                     }
                     return Err(anyhow::anyhow!(
                         "could not persist for {:?}; handed the batch back: {e}",
@@ -275,15 +273,16 @@ impl Worker {
                 self.count(outcome);
                 let ids = orders.iter().map(|o| o.id).collect();
                 timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
-                d.ack(BasicAckOptions::default()).await?;
+                let ack = d.ack(BasicAckOptions::default());
+                answered(self.broker.timeout(), "acknowledging a message", ack).await?;
             }
             Persisted::Refused(e) => self.store_refused(d, orders, &e).await?,
             Persisted::Release(e) => {
-                d.nack(BasicNackOptions {
+                let nack = d.nack(BasicNackOptions {
                     requeue: true,
                     multiple: false,
-                })
-                .await?;
+                });
+                answered(self.broker.timeout(), "handing a message back", nack).await?;
                 return Err(anyhow::anyhow!("could not persist; handed the message back: {e}"));
             }
             Persisted::Stopping => {}

@@ -2,6 +2,7 @@
 //! (its orders are stored `failed`), and what RabbitMQ dead-lettered.
 use super::persist;
 use super::setup::Worker;
+use crate::broker::answered;
 use crate::order::model::OrderBatch;
 use anyhow::{Context, Result};
 use lapin::message::Delivery;
@@ -38,15 +39,16 @@ impl Worker {
                     .worker_incidents
                     .with_label_values(&["failed"])
                     .inc_by(n as u64);
-                d.ack(BasicAckOptions::default()).await?;
+                let ack = d.ack(BasicAckOptions::default());
+                answered(self.broker.timeout(), "acknowledging a refused message", ack).await?;
             }
             Err(store) => {
                 tracing::error!(error = %e, store_error = %store, "an order message was refused and could not be stored as failed; requeueing it");
-                d.nack(BasicNackOptions {
+                let nack = d.nack(BasicNackOptions {
                     requeue: true,
                     multiple: false,
-                })
-                .await?;
+                });
+                answered(self.broker.timeout(), "handing a refused message back", nack).await?;
             }
         }
         Ok(())
@@ -74,7 +76,8 @@ impl Worker {
                     .execute(&self.ctx.pg)
                     .await
                     .context("keeping a dead letter")?;
-                d.ack(BasicAckOptions::default()).await?;
+                let ack = d.ack(BasicAckOptions::default());
+                answered(self.broker.timeout(), "acknowledging a dead letter", ack).await?;
                 Ok(())
             }
         }

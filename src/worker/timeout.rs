@@ -3,7 +3,7 @@
 //! acknowledging the batch: a crash in between redelivers the batch, and it is
 //! scheduled again). When the message expires, RabbitMQ routes it to the timeout
 //! queue and [`run`] cancels every order of it that is still `created`.
-use crate::broker::{publish_confirmed, Broker};
+use crate::broker::{answered, publish_confirmed, Broker};
 use crate::order::lifecycle::{Canceller, Lifecycle};
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -61,7 +61,8 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
         };
         let Ok(batch) = serde_json::from_slice::<TimeoutBatch>(&d.data) else {
             tracing::error!(bytes = d.data.len(), "dropping a malformed timeout message");
-            d.reject(BasicRejectOptions { requeue: false }).await?;
+            let reject = d.reject(BasicRejectOptions { requeue: false });
+            answered(broker.timeout(), "rejecting a malformed timeout message", reject).await?;
             continue;
         };
         let mut cancelled = 0;
@@ -77,8 +78,9 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
         if cancelled > 0 {
             tracing::info!(cancelled, "unpaid orders cancelled at the end of their payment window");
         }
-        d.ack(BasicAckOptions::default()).await?;
+        let ack = d.ack(BasicAckOptions::default());
+        answered(broker.timeout(), "acknowledging a timeout message", ack).await?;
     }
-    let _ = conn.close(200, "timeout consumer stopping".into()).await;
+    broker.close_conn(&conn, "timeout consumer stopping").await;
     Ok(())
 }

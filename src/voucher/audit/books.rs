@@ -255,7 +255,7 @@ async fn queue_ready(broker: &Broker) -> Option<i64> {
             )
             .await
             .context("reading the orders queue depth");
-        let _ = conn.close(200, "audited".into()).await;
+        broker.close_conn(&conn, "audited").await;
         anyhow::Ok(q?.message_count() as i64)
     };
     match tokio::time::timeout(QUEUE_DEADLINE, read).await {
