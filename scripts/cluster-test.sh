@@ -4,7 +4,8 @@
 # servers and namespaces the tests make for themselves (no other deployment is
 # touched; run as root: the nodes run as the rabbitmq and postgres users, and the
 # partitions need `ip netns`):
-#   1. the RabbitMQ node leading the orders queue killed -9 (three nodes);
+#   1. the RabbitMQ node leading the orders queue killed -9 (three nodes), and,
+#      separately, cut off from its peers and every client while it lives on;
 #   2. the Postgres primary killed -9, its synchronous standby promoted;
 #   3. a serve cut off from Postgres, then from Redis, then healed;
 #   4. a worker cut off from Postgres mid-batch, then healed;

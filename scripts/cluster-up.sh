@@ -61,7 +61,10 @@ rabbit_up() {
     d=$DIR/rabbit-$n
     mkdir -p "$d/log" "$d/mnesia"
     echo '[].' >"$d/enabled_plugins"
-    echo "listeners.tcp.local = 127.0.0.1:$((RABBIT_BASE + n))" >"$d/rabbitmq.conf"
+    # pause_minority: a node that sees less than a majority stops serving (as
+    # deploy/rabbitmq/cluster.conf and the partition test run them).
+    printf 'listeners.tcp.local = 127.0.0.1:%s\ncluster_partition_handling = pause_minority\n' \
+      "$((RABBIT_BASE + n))" >"$d/rabbitmq.conf"
     : >"$d/rabbitmq-env.conf"
     chown -R rabbitmq:rabbitmq "$d"
     env $(rabbit_env "$n") rabbitmq-server -detached >/dev/null 2>&1 || die "RabbitMQ node $n did not start (see $d/log)"
