@@ -70,20 +70,24 @@ async fn the_rabbitmq_node_leading_the_orders_queue_cut_off_by_the_network_loses
         cut_at.elapsed().as_secs_f64()
     );
     let cluster = sale.cluster.clone();
-    let (new_leader, alive, majority) = tokio::task::spawn_blocking({
+    let (new_leader, alive, paused, majority) = tokio::task::spawn_blocking({
         let (cluster, queue) = (cluster.clone(), sale.queue.clone());
         move || {
             let majority = cluster.running_as_seen_by(1);
-            (
-                cluster.leader_as_seen_by(&queue, &[1, 2]),
-                cluster.nodes[0].alive(),
-                majority,
-            )
+            // Asked inside its namespace, where the command still reaches it.
+            let paused = cluster.nodes[0].ctl(&["eval", "rabbit:is_running()."]);
+            let leader = cluster.leader_as_seen_by(&queue, &[1, 2]);
+            (leader, cluster.nodes[0].alive(), paused, majority)
         }
     })
     .await
     .unwrap();
     assert!(alive, "the cut-off node lives on");
+    assert_eq!(
+        paused.as_deref().map(str::trim),
+        Ok("false"),
+        "the cut-off node paused itself (pause_minority)"
+    );
     assert_eq!(majority, [1, 2], "the majority counts the cut-off node out");
     assert!(
         new_leader.is_some_and(|l| l != 0),
