@@ -60,5 +60,18 @@ async fn the_postgres_primary_killed_9_and_its_sync_standby_promoted_loses_nothi
     );
     never_closed("postgres failover", &app, v, &all).await;
     assert_eq!(standby.query("SELECT pg_is_in_recovery()").trim(), "f");
+    // A process started after the promotion, given the dead primary first,
+    // chooses the promoted standby before it migrates, and serves from it.
+    let (late, port) = spawn_serve_binary(&ns, &extra).await;
+    let _late = Reaped(vec![late]);
+    let resp = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/api/v1/admin/vouchers/{v}"))
+        .bearer_auth(app.admin())
+        .send()
+        .await
+        .expect("the late serve answers");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let voucher: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(voucher["stats"]["stock_remaining"], 0, "{voucher}");
     app.shutdown().await;
 }
