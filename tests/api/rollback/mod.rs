@@ -8,7 +8,7 @@ use crate::faults::crowd::crowd;
 use crate::fixtures::OwnRedis;
 use crate::helpers::*;
 use reqwest::StatusCode;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,4 +54,5 @@ async fn numbers(app: &TestApp, tenant: i64, count: i64) -> Option<Vec<String>> 
 }
 
 mod counters;
+mod postgres_back;
 mod restores;
