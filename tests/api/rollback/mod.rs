@@ -35,6 +35,24 @@ async fn persisted(app: &TestApp, ids: &HashSet<i64>) {
     .expect("every acknowledged order persisted within 60 s");
 }
 
+/// `voucher`'s orders as Postgres stores them.
+async fn stored(app: &TestApp, voucher: i64) -> Vec<StoredOrder> {
+    sqlx::query_as("SELECT id, user_id, status, order_no, issued_id FROM voucher_orders WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_all(app.pg())
+        .await
+        .unwrap()
+}
+
+/// `voucher`'s stock left in Postgres.
+async fn stock_in_postgres(app: &TestApp, voucher: i64) -> i32 {
+    sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_one(app.pg())
+        .await
+        .unwrap()
+}
+
 async fn numbers(app: &TestApp, tenant: i64, count: i64) -> Option<Vec<String>> {
     let (status, body) = app
         .post(

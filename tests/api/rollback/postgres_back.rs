@@ -76,21 +76,12 @@ async fn a_postgres_that_forgot_a_repairs_generation_sells_no_one_twice() {
     assert_eq!(rest.len() as i64, left, "exactly the stock that was left");
     acknowledged.extend(rest.into_values());
     persisted(&app, &acknowledged).await;
-    let rows: Vec<StoredOrder> =
-        sqlx::query_as("SELECT id, user_id, status, order_no, issued_id FROM voucher_orders WHERE voucher_id = $1")
-            .bind(v)
-            .fetch_all(app.pg())
-            .await
-            .unwrap();
+    let rows = stored(&app, v).await;
     let distinct: HashSet<i64> = ids.iter().copied().collect();
     assert_eq!(distinct.len(), ids.len(), "no order id given twice");
     assert_eq!(rows.len() as i64, stock, "every acknowledged order stored once");
     assert!(rows.iter().all(|r| r.2 == "created"), "every 202 reached created");
-    let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
-        .bind(v)
-        .fetch_one(app.pg())
-        .await
-        .unwrap();
+    let pg_stock = stock_in_postgres(&app, v).await;
     assert_eq!(pg_stock, 0, "persisted + remaining = stock");
     println!(
         "postgres forgot generation {gen}: generation now {}, repairs {}",

@@ -62,11 +62,7 @@ async fn redis_restored_from_an_older_snapshot_sells_no_one_twice_and_loses_noth
         rows.iter().all(|r| r.3.is_some()),
         "every stored order has its business number"
     );
-    let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
-        .bind(v)
-        .fetch_one(app.pg())
-        .await
-        .unwrap();
+    let pg_stock = stock_in_postgres(&app, v).await;
     assert_eq!(pg_stock, 0, "persisted + remaining = stock");
     let (_, voucher) = app
         .get(&format!("/api/v1/admin/vouchers/{v}"), Some(&app.admin()))
@@ -144,12 +140,7 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
     })
     .await;
 
-    let rows: Vec<StoredOrder> =
-        sqlx::query_as("SELECT id, user_id, status, order_no, issued_id FROM voucher_orders WHERE voucher_id = $1")
-            .bind(v)
-            .fetch_all(app.pg())
-            .await
-            .unwrap();
+    let rows = stored(&app, v).await;
     let live: Vec<_> = rows.iter().filter(|r| r.2 == "created").collect();
     let failed = rows.iter().filter(|r| r.2 == "failed").count();
     println!(
@@ -183,11 +174,7 @@ async fn redis_restored_from_a_snapshot_while_orders_are_in_flight() {
         "orders lost that were not in flight at the restore: {:?}",
         lost.difference(&in_the_crowd).collect::<Vec<_>>()
     );
-    let pg_stock: i32 = sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
-        .bind(v)
-        .fetch_one(app.pg())
-        .await
-        .unwrap();
+    let pg_stock = stock_in_postgres(&app, v).await;
     assert_eq!(
         pg_stock as i64,
         stock - live.len() as i64,
