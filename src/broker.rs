@@ -55,10 +55,10 @@ pub async fn publish_confirmed(
         mandatory: true,
         ..Default::default()
     };
-    // The whole of it within `timeout`, sending included: on a connection to a
-    // node cut off by the network, lapin's send can wait as long as the cut
-    // (seen: a worker held 14 s, to the heal, its heartbeat check not firing
-    // meanwhile), and a process waiting there never moves to a live node.
+    // The whole of it within `timeout`, sending included: whatever lapin does
+    // with a connection whose node went silent (cut off by the network), no
+    // part of a publication waits past it, so the caller gives up and moves to
+    // a live node.
     let confirmation = tokio::time::timeout(timeout, async {
         let confirm = ch
             .basic_publish(
