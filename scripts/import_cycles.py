@@ -1,28 +1,50 @@
 #!/usr/bin/env python3
-"""Fails if two source files of src/ import each other, directly or through others.
+"""Fails if two source files of src/ import each other, directly or through others,
+or if an import goes against the layout that `//! # Layout` in src/lib.rs draws.
 
 A file "imports" another when it names a path into it: `use crate::a::b::C`,
 `crate::a::b::f(...)`, `super::x` (resolved from the file's module). A path is
 mapped to the deepest module file that exists (src/a/b.rs or src/a/b/mod.rs). A
 module file's use of its own children counts as well (`use child::X`,
 `child::f()`, `pub use child::{A, B}`): a child that uses its parent while the
-parent uses it is a circle like any other. A path to an item a module re-exports
-from a child leads to that child. Usage: import_cycles.py [SRC | --self-test]. Prints each cycle
-found."""
+parent uses it is a circle like any other. A re-export is an import: a path to an
+item a module re-exports leads to that module, which imports the child that
+defines it; so a file that names `crate::a::X` while a's child imports that file
+is in a circle.
+
+The layout places every top-level module in one line `//! - <layer> <name>:
+`module`, ...`: layer `edge` (the process and its HTTP boundary), `area` (a
+business area, named) or `base` (what every area shares). A file imports only its
+own layer or those below it, and a file of one area imports another area only
+through that area's root module or a child the root declares `pub mod` (its
+interface), never the files behind them. Usage: import_cycles.py [SRC |
+--self-test]. Prints each circle and each wrong-way import found."""
 import os, re, sys
 
+LIB = "pub mod a;\npub mod d;\n//! # Layout\n//! - area one: `a`\n//! - base low: `d`\n"
+
 def self_test():
-    """The check on two crates of its own: a parent and child that use each other
-    is a circle; a parent that only re-exports its child is not."""
+    """The check on small crates of its own: each case names its files and whether
+    the check must fail."""
     import subprocess, tempfile
     cases = {
-        "child uses its parent": ("mod b;\npub use b::X;\npub struct Y;\n", "use super::Y;\npub struct X(Y);\n", 1),
-        "child uses a sibling": ("mod b;\nmod c;\npub use b::X;\n", "use super::c::Y;\npub struct X(Y);\n", 0),
+        "child uses its parent": ({"a/mod.rs": "mod b;\npub use b::X;\npub struct Y;\n", "a/b.rs": "use super::Y;\npub struct X(Y);\n"}, 1),
+        "child uses a sibling": ({"a/mod.rs": "mod b;\nmod c;\npub use b::X;\n", "a/b.rs": "use super::c::Y;\npub struct X(Y);\n"}, 0),
+        "a re-export is an import": ({"a/mod.rs": "mod b;\npub use b::X;\n", "a/b.rs": "pub struct X;\npub fn f() { crate::d::g() }\n", "d.rs": "pub fn g() {}\npub fn h() -> crate::a::X { crate::a::X }\n",
+                                      "lib.rs": "pub mod a;\npub mod d;\n//! # Layout\n//! - area one: `a`\n//! - area two: `d`\n"}, 1),
+        "a base module importing an area": ({"a/mod.rs": "pub struct X;\n", "d.rs": "pub fn h() -> crate::a::X { crate::a::X }\n"}, 1),
+        "an area importing a base module": ({"a/mod.rs": "pub fn f() { crate::d::g() }\n", "d.rs": "pub fn g() {}\n"}, 0),
+        "a module the layout does not place": ({"a/mod.rs": "", "d.rs": "", "lib.rs": LIB + "pub mod e;\n", "e.rs": ""}, 1),
+        "an area reaching into another's file": ({"a/mod.rs": "mod b;\n", "a/b.rs": "pub fn f() {}\n", "e.rs": "pub fn g() { crate::a::b::f() }\n",
+                                                  "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 1),
+        "an area through another's interface": ({"a/mod.rs": "pub mod b;\n", "a/b.rs": "pub fn f() {}\n", "e.rs": "pub fn g() { crate::a::b::f() }\n",
+                                                 "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 0),
     }
-    for name, (parent, child, want) in cases.items():
+    for name, (tree, want) in cases.items():
         with tempfile.TemporaryDirectory() as d:
             os.makedirs(os.path.join(d, "a"))
-            for path, text in [("lib.rs", "pub mod a;\n"), ("a/mod.rs", parent), ("a/b.rs", child), ("a/c.rs", "pub struct Y;\n")]:
+            tree = {"lib.rs": LIB, "a/c.rs": "pub struct Y;\n", "d.rs": "pub fn g() {}\n", **tree}
+            for path, text in tree.items():
                 with open(os.path.join(d, path), "w") as f:
                     f.write(text)
             got = subprocess.run([sys.executable, __file__, d], capture_output=True).returncode
@@ -49,27 +71,12 @@ for root, _, names in os.walk(SRC):
             p = os.path.join(root, n)
             files[tuple(module_of(p))] = p
 
-# Items a module file re-exports from its children (`pub use child::{A, B}`): a
-# path naming them leads to the child that defines them.
-reexports = {}
-for mod, p in files.items():
-    text = open(p).read()
-    for m in re.finditer(r"pub use ([a-z_][a-z0-9_]*)::\{([^}]*)\};", text):
-        for item in m.group(2).split(","):
-            reexports[(mod, item.strip().split(" as ")[-1])] = mod + (m.group(1),)
-    for m in re.finditer(r"pub use ([a-z_][a-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*);", text):
-        reexports[(mod, m.group(2))] = mod + (m.group(1),)
-
 def resolve(parts):
-    """The deepest existing module for a crate path (through re-exports)."""
+    """The deepest existing module file for a crate path. A path through a re-export
+    leads to the module that re-exports (which imports what it re-exports)."""
     for k in range(len(parts), 0, -1):
         if tuple(parts[:k]) in files:
-            mod = tuple(parts[:k])
-            if k < len(parts) and (mod, parts[k]) in reexports:
-                target = reexports[(mod, parts[k])]
-                if target in files:
-                    return target
-            return mod
+            return tuple(parts[:k])
     return None
 
 path_re = re.compile(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+|::\*)")
@@ -141,4 +148,41 @@ for v in list(edges):
 for comp in sccs:
     names = sorted(files[c][len(SRC) + 1:] for c in comp)
     print("import circle:", ", ".join(n.replace(os.sep, "/") for n in names))
-sys.exit(1 if sccs else 0)
+
+# The map: `//! # Layout` in lib.rs places every top-level module in a layer.
+LAYERS = {"edge": 2, "area": 1, "base": 0}
+layout_re = re.compile(r"^- (edge|area|base) ([a-z]+): ((?:`[a-z_]+`(?:, )?)+)", re.M)
+lib = open(os.path.join(SRC, "lib.rs")).read()
+if "//! # Layout" not in lib:
+    sys.exit("import_cycles: src/lib.rs has no `//! # Layout` section")
+layer, area = {}, {}
+# The section's lines without `//!`, a bullet's continuation lines joined to it.
+section = "\n".join(l[3:].strip() if l.startswith("//!") else "" for l in lib.split("//! # Layout", 1)[1].splitlines())
+section = re.sub(r"\n(?!- |\n)", " ", section)
+for m in layout_re.finditer(section):
+    for name in re.findall(r"`([a-z_]+)`", m.group(3)):
+        layer[name], area[name] = LAYERS[m.group(1)], m.group(2)
+declared = set(re.findall(r"^pub mod ([a-z_][a-z0-9_]*)\s*;", lib, re.M))
+problems = [f"module `{d}` is not placed in the layout of src/lib.rs" for d in sorted(declared - set(layer))]
+problems += [f"the layout of src/lib.rs names `{d}`, which lib.rs does not declare" for d in sorted(set(layer) - declared)]
+
+def interface(root):
+    """An area's interface: its root module and the children the root declares `pub`."""
+    p = files.get((root,))
+    kids = set(re.findall(r"^pub mod ([a-z_][a-z0-9_]*)\s*;", open(p).read(), re.M)) if p else set()
+    return {(root,)} | {(root, k) for k in kids}
+
+for mod in sorted(edges):
+    for target in sorted(edges[mod]):
+        if not mod or not target or mod[0] not in layer or target[0] not in layer:
+            continue
+        here, there = "/".join(mod), "/".join(target)
+        if layer[target[0]] > layer[mod[0]]:
+            problems.append(f"upward import: {here} ({area[mod[0]]}) imports {there} ({area[target[0]]})")
+        elif (layer[mod[0]] == LAYERS["area"] and layer[target[0]] == LAYERS["area"]
+              and area[mod[0]] != area[target[0]] and target not in interface(target[0])):
+            problems.append(f"{here} ({area[mod[0]]}) reaches into {there}, a file of {area[target[0]]}: "
+                            f"use what `{target[0]}` or one of its `pub mod`s exports")
+for p in problems:
+    print("import direction:", p)
+sys.exit(1 if sccs or problems else 0)

@@ -13,4 +13,4 @@ mod tests;
 
 pub use list::comma_list;
 pub use secret::{Secret, DEV_JWT_SECRET, MIN_JWT_SECRET_BYTES};
-pub use settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS};
+pub use settings::{Settings, DEFAULT_JWT_MAX_TTL_SECS, NEWEST_OUTBOX_FORMAT};

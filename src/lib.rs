@@ -10,19 +10,45 @@
 //! - [`worker`]: consumes those messages and writes orders and stock decrements to
 //!   Postgres in one transaction per batch, idempotently.
 //!
-//! Around it: [`config`] (typed settings), [`app`] (wiring and background tasks),
-//! [`http`] (error body and the mapping of domain errors to it, auth, health),
-//! [`id`] (64-bit ids as JSON strings), [`validate`] (request bodies checked field
-//! by field), [`voucher`] (admin and public routes, cache),
-//! [`sequence`] (daily business numbers, and the ranges reserved in Postgres behind
-//! them and order ids), [`recovery`] (Redis losing state or going back in time,
-//! caught shard by shard and repaired sale by sale),
-//! [`broker`] (RabbitMQ topology and connections), [`clock`] (the one source of "now")
-//! and [`clock_skew`] (how far it is from Postgres's), [`admit`] (fair admission:
-//! a sale's waiting room or raffle, admission tokens, proofs of work).
+//! # Layout
 //!
-//! Every module with its one job, top to bottom (imports only point down):
-//! `docs/ARCHITECTURE.md`, "The house".
+//! Three layers. A file imports from its own layer and the ones below it, never up;
+//! a file of one business area uses another area only through that area's root
+//! module or a child the root declares `pub mod` (its interface), never the files
+//! behind them; and no files import each other in a circle, a re-export counting
+//! as an import. `scripts/import_cycles.py` (run by the test command) reads the
+//! lines below and fails on any of the three.
+//!
+//! The edges run the process and take requests:
+//! - edge process: `cli`: the commands of the contract (`all`, `serve`, `worker`,
+//!   `migrate`, `token`, ...).
+//! - edge process: `app`: one process built and stopped: connections, the
+//!   services, the background tasks, the HTTP server.
+//! - edge http: `http`: routes and handlers (each calls services), the contract's
+//!   error body, authentication, rate limits, health, the OpenAPI document.
+//!
+//! The business areas:
+//! - area sales: `voucher`: vouchers, their window, stock and shards, top-ups,
+//!   pauses, the in-process cache the order path reads, the books.
+//! - area ordering: `order`, `outbox`, `worker`: placing an order (one script in
+//!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
+//!   orders in Postgres, and an order's life after (status, pay, cancel, timeout).
+//! - area admission: `admit`: fair admission: a sale's waiting room or raffle,
+//!   admission tokens, proofs of work.
+//! - area recovery: `recovery`: Redis losing state or going back in time, caught
+//!   shard by shard; the one interface ([`recovery::Recovery`]) every writer
+//!   respects, and the repairs.
+//! - area numbers: `sequence`: daily business numbers, and the ranges reserved in
+//!   Postgres behind them and behind order ids.
+//!
+//! What every area shares:
+//! - base infrastructure: `redis_conn`, `broker`, `lock`, `keys`, `config`,
+//!   `metrics`, `telemetry`, `supervise`: Redis (one node or a cluster),
+//!   RabbitMQ, distributed locks, every key and queue name, the settings, metrics,
+//!   the reconnect loop.
+//! - base values: `clock`, `clock_skew`, `id`, `validate`: the one source of
+//!   "now" and how far it is from Postgres's, ids as JSON strings, request bodies
+//!   checked field by field.
 pub mod admit;
 pub mod app;
 pub mod broker;

@@ -11,7 +11,7 @@ mod server;
 mod state;
 mod tasks;
 
-pub use crate::http::AppState;
+pub use crate::http::state::AppState;
 pub use mode::{Mode, Options};
 pub use state::{migrate, pg_pool};
 

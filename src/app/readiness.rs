@@ -4,7 +4,7 @@
 //! `SELECT 1` on the handlers' pool and one `XLEN` per shard of every flash sale
 //! ever created, and a flood drained the pool that pay, cancel and admin need).
 use crate::http::report::Report;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use chrono::Utc;
 use std::sync::Arc;
 use std::time::Duration;

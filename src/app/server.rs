@@ -1,8 +1,8 @@
 //! The HTTP server: routes, the contract's error bodies for what actix refuses
 //! before a handler runs, and the signals that stop the process.
 use crate::http::auth::JwtKeys;
-use crate::http::AppState;
-use crate::http::{health, ApiError};
+use crate::http::state::AppState;
+use crate::http::{error::ApiError, health};
 use actix_web::error::{JsonPayloadError, PathError, QueryPayloadError};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpServer};

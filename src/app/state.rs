@@ -2,7 +2,7 @@
 use super::mode::{Mode, Options};
 use crate::broker::Broker;
 use crate::config::Settings;
-use crate::http::AppState;
+use crate::http::state::AppState;
 use crate::keys::Keys;
 use crate::order::id_worker::IdWorker;
 use crate::redis_conn::Redis;

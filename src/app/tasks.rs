@@ -1,8 +1,8 @@
 //! The background tasks: every one owned by one `JoinSet`, named, reported if it
 //! ends before the process stops, and stopped together within one deadline.
 use super::mode::{Mode, Options};
-use crate::http::AppState;
-use crate::outbox::Relay;
+use crate::http::state::AppState;
+use crate::outbox::relay::Relay;
 use crate::sequence::Sequences;
 use crate::voucher::cache;
 use crate::worker::Worker;

@@ -97,9 +97,9 @@ impl Settings {
             outbox_format: num(
                 &var,
                 "SECKILL_OUTBOX_FORMAT",
-                crate::outbox::format::NEWEST as u64,
+                super::NEWEST_OUTBOX_FORMAT as u64,
                 1,
-                crate::outbox::format::NEWEST as u64,
+                super::NEWEST_OUTBOX_FORMAT as u64,
             )? as u32,
             worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
             lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),

@@ -6,6 +6,11 @@ use std::time::Duration;
 /// `SECKILL_JWT_MAX_TTL_SECS`'s default: a day.
 pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
 
+/// The newest outbox entry format this binary reads and writes: the highest
+/// `SECKILL_OUTBOX_FORMAT` accepts, and its default. What each format is, and how
+/// writers agree on one, is `crate::outbox::format`'s.
+pub const NEWEST_OUTBOX_FORMAT: u32 = 2;
+
 /// Everything the process needs to know, validated.
 #[derive(Clone, Debug)]
 pub struct Settings {

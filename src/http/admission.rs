@@ -14,7 +14,7 @@
 //! crowd's budget or burn the instance's CPU unbounded. The client address is the
 //! TCP peer, or the client a trusted proxy names (`SECKILL_TRUSTED_PROXIES`,
 //! [`super::client_addr`]).
-use super::ApiError;
+use super::error::ApiError;
 use crate::config::Settings;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

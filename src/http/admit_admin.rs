@@ -2,13 +2,13 @@
 //! change of a queue's admit rate.
 use super::auth::Admin;
 use super::challenge::sale;
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::state::AppState;
 use super::vouchers::announce;
 use super::waiting::frontier_of;
-use super::ApiError;
-use super::AppState;
 use crate::admit::advance::{self, Admitted, Frontier};
 use crate::admit::raffle::{self, Summary, Winner};
 use crate::admit::Mode;

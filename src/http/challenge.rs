@@ -2,11 +2,11 @@
 //! itself (from the cache, else Postgres), and the proof of work, with the
 //! ALTCHA challenge route.
 use super::auth::Shopper;
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::admit::pow::Challenge;
 use crate::admit::queue::unix_now;
 use crate::voucher::model::{FlashSale, Voucher};

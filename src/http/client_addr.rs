@@ -40,8 +40,8 @@ pub fn cap_key(addr: IpAddr) -> String {
 }
 
 /// 403 `address_cap_reached`.
-pub fn cap_reached(cap: i32, what: &str) -> super::ApiError {
-    super::ApiError::new(
+pub fn cap_reached(cap: i32, what: &str) -> super::error::ApiError {
+    super::error::ApiError::new(
         actix_web::http::StatusCode::FORBIDDEN,
         "address_cap_reached",
         format!("this address has taken the sale's {cap} {what}"),

@@ -7,7 +7,7 @@
 //! evict keys (`maxmemory-policy` other than `noeviction`, see
 //! [`crate::redis_conn::MasterFacts`]): it would drop shoppers' marks and stock
 //! silently.
-use super::AppState;
+use super::state::AppState;
 use actix_web::{web, HttpResponse};
 use serde_json::json;
 #[utoipa::path(get, path = "/health/live", tag = "health", responses((status = 200, description = "the process answers")))]

@@ -11,7 +11,7 @@
 //! it), and each serving instance deletes the expired ones every
 //! [`SWEEP_EVERY`]. A request that fails (4xx, 5xx) stores nothing, so it can be
 //! retried with the same key.
-use super::ApiError;
+use super::error::ApiError;
 use actix_web::http::StatusCode;
 use actix_web::HttpRequest;
 use serde_json::{json, Value};

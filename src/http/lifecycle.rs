@@ -4,10 +4,10 @@
 //! per-shopper rate limit checked before the wait for the shopper's lock (429
 //! `rate_limited`, `SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`).
 use super::auth::{Caller, Shopper};
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::id;
 use crate::order::lifecycle::Canceller;
 use crate::order::Order;

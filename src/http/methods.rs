@@ -7,8 +7,8 @@
 //! read here from the OpenAPI document, which lists every route of the API
 //! (`tests/api/docs/` holds it to the contract and checks each `Allow` against
 //! the real router), plus the Swagger UI pages it does not describe.
+use super::error::ApiError;
 use super::openapi::{ApiDoc, UI_PAGES};
-use super::ApiError;
 use actix_web::dev::ResourceDef;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};

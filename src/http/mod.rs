@@ -31,6 +31,3 @@ pub mod state;
 pub mod stock;
 pub mod vouchers;
 pub mod waiting;
-
-pub use error::ApiError;
-pub use state::AppState;

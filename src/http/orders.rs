@@ -1,11 +1,11 @@
 //! The order routes: placing one (the hot path), reading one, and the caller's
 //! order for a voucher. Pay and cancel are in [`super::lifecycle`].
 use super::auth::{Caller, Shopper};
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::id;
 use crate::order::{Accepted, Order};
 use actix_web::http::header;

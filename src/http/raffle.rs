@@ -2,11 +2,11 @@
 //! and winners, and a shopper's own result with its admission token.
 use super::auth::Shopper;
 use super::challenge::{proof_of_work, sale};
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::admit::draw::{self, Submitted};
 use crate::admit::raffle::{self, Entered, PublicEntry, Summary};
 use crate::admit::Mode;

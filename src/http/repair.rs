@@ -3,9 +3,9 @@
 //! `sale_states`, written by whichever process repaired); what this process has
 //! closed; the workers' own last word. Served by any process.
 use super::auth::Admin;
+use super::error::ApiError;
 use super::responses::{Forbidden, RateLimited, Unauthorized, Unavailable};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use actix_web::web;
 use chrono::{DateTime, Utc};
 use serde::Serialize;

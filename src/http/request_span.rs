@@ -6,7 +6,7 @@
 //! In a flash sale most answers are 409 `sold_out` by design: that would be one log
 //! line per request at peak, costing more than the request itself. Client errors
 //! are only recorded on the span; server errors are logged where they happen
-//! ([`super::ApiError::internal`]).
+//! ([`super::error::ApiError::internal`]).
 //!
 //! The span is lean (request id, method, path, the caller's user id once their token
 //! is verified, status): the default one formats a

@@ -1,11 +1,11 @@
 //! The admin routes that run a sale from the console: the list of every voucher,
 //! pause and resume, and the live numbers of one sale.
 use super::auth::Admin;
+use super::error::ApiError;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::state::AppState;
 use super::vouchers::{announce, voucher_not_found, with_stats};
-use super::ApiError;
-use super::AppState;
 use crate::id;
 use crate::voucher::audit::{self, Lookup};
 use crate::voucher::live;

@@ -1,9 +1,9 @@
 //! `PUT /api/v1/admin/sequences/{name}` and `POST /api/v1/sequences/{name}/next`.
 use super::auth::{Admin, ServiceCaller};
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::rule::{self, Rule};
 use actix_web::web;

@@ -7,13 +7,13 @@
 //! answer (rebuilt from the top-up if the first request could not store it) and
 //! adds nothing.
 use super::auth::Admin;
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::idempotency::{self, Claim};
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
+use super::state::AppState;
 use super::vouchers::{announce, voucher_not_found, with_stats};
-use super::ApiError;
-use super::AppState;
 use crate::voucher::model::{AddStock, MAX_STOCK};
 use crate::voucher::repo;
 use crate::voucher::topup::{self, NotRecorded, TopUp};

@@ -1,13 +1,13 @@
 //! Admin and public voucher routes.
 use super::auth::Admin;
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::idempotency::{self, Claim};
 use super::path::path_id;
 use super::responses::{
     BadRequest, BodyRefused, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound,
 };
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::id;
 use crate::voucher::audit::{self, Audit, Lookup};
 use crate::voucher::model::{NewVoucher, Voucher};

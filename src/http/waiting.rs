@@ -2,11 +2,11 @@
 use super::auth::Shopper;
 use super::challenge::{first_proof, proof_of_work, sale, Proof};
 use super::client_addr::{cap_of, cap_reached};
+use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
-use super::ApiError;
-use super::AppState;
+use super::state::AppState;
 use crate::admit::advance::{self, Frontier};
 use crate::admit::queue;
 use crate::admit::{frontier, Mode};

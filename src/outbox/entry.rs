@@ -35,7 +35,7 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
         None => None,
         Some(_) => Some(entry.get("s")?),
     };
-    let epoch = seq.map_or(0, crate::recovery::gen_of);
+    let epoch = seq.map_or(0, crate::recovery::floors::gen_of);
     let Some(packed) = entry.get::<String>("b") else {
         return Some(Entry {
             orders: vec![OrderMsg {

@@ -40,8 +40,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The newest format this binary reads and writes.
-pub const NEWEST: u32 = 2;
+/// The newest format this binary reads and writes (the settings' bound).
+pub const NEWEST: u32 = crate::config::NEWEST_OUTBOX_FORMAT;
 
 /// How often a process renews its announcement, tries to raise the decision and
 /// reads it back.

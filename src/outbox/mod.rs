@@ -11,4 +11,4 @@ pub mod entry;
 pub mod format;
 pub mod relay;
 
-pub use relay::Relay;
+pub use relay::intent::sweep as sweep_intents;

@@ -2,7 +2,7 @@
 //! route that needs a caller extracts.
 use super::caller::Caller;
 use super::jwt::JwtKeys;
-use crate::http::ApiError;
+use crate::http::error::ApiError;
 use actix_web::{dev::Payload, web, FromRequest, HttpRequest};
 use std::future::{ready, Ready};
 

@@ -5,7 +5,7 @@ use super::caller::{Caller, Role};
 use super::hs256::{Hs256, Refusal};
 use super::jwks::{Jwks, NoKey};
 use super::recent::RecentTokens;
-use crate::http::ApiError;
+use crate::http::error::ApiError;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;

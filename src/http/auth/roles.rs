@@ -4,7 +4,7 @@
 //! A valid token without the role gets 403 `forbidden`.
 use super::caller::{Caller, Role};
 use super::extract::caller_of;
-use crate::http::ApiError;
+use crate::http::error::ApiError;
 use actix_web::{dev::Payload, FromRequest, HttpRequest};
 use std::future::{ready, Ready};
 

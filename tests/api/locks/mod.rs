@@ -4,7 +4,7 @@
 //! per-user serialization of pay and cancel, and singleton jobs that move when their
 //! instance dies.
 use crate::helpers::*;
-use seckill::http::ApiError;
+use seckill::http::error::ApiError;
 use seckill::lock::{fence, ReleaseError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A relay of the test's own on `app`'s connections.
-fn relay(app: &TestApp, name: &str) -> seckill::outbox::Relay {
+fn relay(app: &TestApp, name: &str) -> seckill::outbox::relay::Relay {
     let state = app.app().state();
-    seckill::outbox::Relay::new(
+    seckill::outbox::relay::Relay::new(
         seckill::outbox::relay::Ends {
             redis: state.redis.clone(),
             broker: state.broker.clone(),

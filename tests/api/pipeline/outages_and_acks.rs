@@ -110,7 +110,7 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
         assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
     }
     let state = app.app().state();
-    let relay = seckill::outbox::Relay::new(
+    let relay = seckill::outbox::relay::Relay::new(
         seckill::outbox::relay::Ends {
             redis: state.redis.clone(),
             broker: state.broker.clone(),
