@@ -79,44 +79,33 @@ impl Relay {
         stale: Vec<(OrderMsg, Origin)>,
         gens: &HashMap<i64, i64>,
     ) -> Result<Vec<(OrderMsg, Origin)>> {
-        let mut publish = Vec::new();
-        let mut gone = Vec::new();
-        // Whether each entry is still in its outbox (an entry carries many orders).
-        let mut present: HashMap<(String, String), bool> = HashMap::new();
-        for (mut o, origin) in stale {
-            let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
-            if let Some(entry) = &origin.entry {
-                let there = match present.get(entry) {
-                    Some(t) => *t,
-                    None => {
-                        let found: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                            .arg(&entry.0)
-                            .arg(&entry.1)
-                            .arg(&entry.1)
-                            .query_async(conn)
-                            .await
-                            .context("looking for a stale order's outbox entry")?;
-                        present.insert(entry.clone(), !found.ids.is_empty());
-                        !found.ids.is_empty()
-                    }
-                };
-                if there {
-                    o.epoch = gen;
-                    publish.push((o, origin));
-                    continue;
-                }
-            }
-            gone.push((o, Origin { entry: None, ..origin }));
-        }
+        let (publish, gone) = still_in_outbox(conn, stale, gens).await?;
         if gone.is_empty() {
             return Ok(publish);
         }
         // Held from here on until settled: an error below leaves them held.
         self.hold(&gone);
-        let stored = self.stored(&gone).await?;
+        let settled = self.settle_gone(conn, &gone, gens).await?;
+        self.held
+            .lock()
+            .expect("held poisoned")
+            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id, o.voucher_id)));
+        Ok(publish)
+    }
+
+    /// Settles orders whose entry is gone: stored already, admitted again by
+    /// `lua/late_admit.lua`, or stored `failed`. Returns those settled, as (id,
+    /// shopper, voucher); the others stay held.
+    async fn settle_gone(
+        &self,
+        conn: &mut Conn,
+        gone: &[(OrderMsg, Origin)],
+        gens: &HashMap<i64, i64>,
+    ) -> Result<HashSet<(i64, i64, i64)>> {
+        let stored = self.stored(gone).await?;
         let mut failed: Vec<(OrderMsg, String)> = Vec::new();
         let mut settled: HashSet<(i64, i64, i64)> = HashSet::new();
-        for (o, origin) in &gone {
+        for (o, origin) in gone {
             if stored.contains(&(o.id, o.user_id, o.voucher_id)) {
                 settled.insert((o.id, o.user_id, o.voucher_id));
                 continue;
@@ -142,45 +131,49 @@ impl Relay {
             }
         }
         if !failed.is_empty() {
-            let orders: Vec<OrderMsg> = failed.iter().map(|(o, _)| *o).collect();
-            crate::worker::persist::store_failed(&self.pg, &orders, LATE_CONFLICT)
-                .await
-                .context("storing late orders that cannot be honoured")?;
-            // Counted as admitted in Redis, as a repair counts every stored order
-            // (failed ones too): the sale's audit then shows the failures, and its
-            // units and orders still add up (src/voucher/audit/books.rs).
-            let mut per_shard: HashMap<&str, i64> = HashMap::new();
-            for (_, tag) in &failed {
-                *per_shard.entry(tag).or_default() += 1;
-            }
-            for (tag, n) in per_shard {
-                let _: i64 = redis::cmd("INCRBY")
-                    .arg(self.keys.of_tag(tag, "admitted"))
-                    .arg(n)
-                    .query_async(conn)
-                    .await
-                    .context("counting late orders that cannot be honoured")?;
-            }
-            for o in &orders {
-                settled.insert((o.id, o.user_id, o.voucher_id));
-                self.metrics
-                    .worker_incidents
-                    .with_label_values(&["late_conflict"])
-                    .inc();
-                tracing::error!(
-                    order_id = o.id,
-                    user_id = o.user_id,
-                    voucher_id = o.voucher_id,
-                    "INCIDENT: an order read before Redis went back in time was sold again before it was \
-                     published; stored as failed"
-                );
-            }
+            self.store_late_conflicts(conn, &failed).await?;
+            settled.extend(failed.iter().map(|(o, _)| (o.id, o.user_id, o.voucher_id)));
         }
-        self.held
-            .lock()
-            .expect("held poisoned")
-            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id, o.voucher_id)));
-        Ok(publish)
+        Ok(settled)
+    }
+
+    /// Stores as `failed` late orders whose unit or shopper was sold again (each
+    /// with its shard's tag), counts them as admitted on their shards, and reports
+    /// each as an incident.
+    async fn store_late_conflicts(&self, conn: &mut Conn, failed: &[(OrderMsg, String)]) -> Result<()> {
+        let orders: Vec<OrderMsg> = failed.iter().map(|(o, _)| *o).collect();
+        crate::worker::persist::store_failed(&self.pg, &orders, LATE_CONFLICT)
+            .await
+            .context("storing late orders that cannot be honoured")?;
+        // Counted as admitted in Redis, as a repair counts every stored order
+        // (failed ones too): the sale's audit then shows the failures, and its
+        // units and orders still add up (src/voucher/audit/books.rs).
+        let mut per_shard: HashMap<&str, i64> = HashMap::new();
+        for (_, tag) in failed {
+            *per_shard.entry(tag).or_default() += 1;
+        }
+        for (tag, n) in per_shard {
+            let _: i64 = redis::cmd("INCRBY")
+                .arg(self.keys.of_tag(tag, "admitted"))
+                .arg(n)
+                .query_async(conn)
+                .await
+                .context("counting late orders that cannot be honoured")?;
+        }
+        for o in &orders {
+            self.metrics
+                .worker_incidents
+                .with_label_values(&["late_conflict"])
+                .inc();
+            tracing::error!(
+                order_id = o.id,
+                user_id = o.user_id,
+                voucher_id = o.voucher_id,
+                "INCIDENT: an order read before Redis went back in time was sold again before it was \
+                 published; stored as failed"
+            );
+        }
+        Ok(())
     }
 
     /// Which of `orders` Postgres holds, as (id its shopper holds, shopper, voucher).
@@ -246,4 +239,44 @@ async fn late_admit(
         .invoke_async(conn)
         .await
         .context("late_admit.lua")
+}
+
+/// Splits stale orders into those whose entry is still in its outbox (to publish,
+/// now of their sale's generation in `gens`) and those whose entry is gone (their
+/// origin without an entry).
+async fn still_in_outbox(
+    conn: &mut Conn,
+    stale: Vec<(OrderMsg, Origin)>,
+    gens: &HashMap<i64, i64>,
+) -> Result<(Vec<(OrderMsg, Origin)>, Vec<(OrderMsg, Origin)>)> {
+    let mut publish = Vec::new();
+    let mut gone = Vec::new();
+    // Whether each entry is still in its outbox (an entry carries many orders).
+    let mut present: HashMap<(String, String), bool> = HashMap::new();
+    for (mut o, origin) in stale {
+        let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
+        if let Some(entry) = &origin.entry {
+            let there = match present.get(entry) {
+                Some(t) => *t,
+                None => {
+                    let found: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+                        .arg(&entry.0)
+                        .arg(&entry.1)
+                        .arg(&entry.1)
+                        .query_async(conn)
+                        .await
+                        .context("looking for a stale order's outbox entry")?;
+                    present.insert(entry.clone(), !found.ids.is_empty());
+                    !found.ids.is_empty()
+                }
+            };
+            if there {
+                o.epoch = gen;
+                publish.push((o, origin));
+                continue;
+            }
+        }
+        gone.push((o, Origin { entry: None, ..origin }));
+    }
+    Ok((publish, gone))
 }
