@@ -9,5 +9,6 @@ pub mod refusal;
 pub mod replication;
 pub mod reserve;
 pub mod status;
+pub mod stored;
 
 pub use model::{Accepted, Order, OrderMsg};

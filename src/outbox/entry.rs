@@ -2,6 +2,7 @@
 //! for one call that accepted orders, and how the relay, the repair and the
 //! tests read it back.
 use crate::order::model::OrderMsg;
+use anyhow::{Context, Result};
 use redis::streams::StreamId;
 
 /// One outbox entry read back.
@@ -65,6 +66,42 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
         })
         .collect::<Option<Vec<_>>>()?;
     Some(Entry { orders, seq })
+}
+
+/// Every order still in an outbox stream (relayed or not: the stream keeps an entry
+/// until its relay's publish was confirmed).
+pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str, reads: u32) -> Result<Vec<OrderMsg>> {
+    let mut out = Vec::new();
+    let mut from = "-".to_owned();
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(5000)
+            .query_async(conn)
+            .await
+            .context("reading an outbox")?;
+        let n = reply.ids.len();
+        for e in &reply.ids {
+            // An entry this binary cannot read may hold orders: counting without
+            // them would rebuild the sale with units sold twice. The repair fails
+            // (and is tried again) until a process that reads it repairs.
+            let Some(entry) = parse(e, reads) else {
+                anyhow::bail!(
+                    "outbox {stream} holds entry {} that this binary cannot read (a newer format?): \
+                     not repairing from an incomplete count",
+                    e.id
+                );
+            };
+            out.extend(entry.orders);
+        }
+        match reply.ids.last() {
+            Some(last) if n == 5000 => from = format!("({}", last.id),
+            _ => return Ok(out),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub mod entry;
 pub mod format;
 pub mod relay;
 
-pub use relay::intent::sweep as sweep_intents;
+pub use entry::read_outbox;
+pub use relay::intent::{orders_of_sale as intent_orders_of_sale, sweep as sweep_intents};

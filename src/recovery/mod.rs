@@ -96,4 +96,3 @@ pub use desk::Recovery;
 pub struct Repairing;
 pub use durability::{durability, Durability};
 pub use floors::{gen_of, Floors, GEN};
-pub use snapshot::read_outbox;

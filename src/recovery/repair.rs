@@ -126,12 +126,9 @@ impl Recovery {
 
     /// The sale's shards, if it is a flash sale.
     async fn shards_of(&self, voucher: i64) -> Result<Option<u32>> {
-        let n: Option<i32> = sqlx::query_scalar("SELECT stock_shards FROM seckill_vouchers WHERE voucher_id = $1")
-            .bind(voucher)
-            .fetch_optional(&self.pg)
+        crate::voucher::repo::flash_shards(&self.pg, voucher)
             .await
-            .context("reading a sale's shards")?;
-        Ok(n.map(|n| n.max(1) as u32))
+            .context("reading a sale's shards")
     }
 
     /// The sale's generation in Postgres (0 before its first repair).

@@ -1,7 +1,7 @@
 //! Writing a sale's shards back from its books (`lua/sale_restore.lua`), each step
 //! fenced by the exact sequence the previous one left.
 use super::desk::Recovery;
-use super::snapshot::Books;
+use super::snapshot::{Books, Shard};
 use crate::keys::RELAY_GROUP;
 use anyhow::{bail, Context, Result};
 use redis::{Script, ScriptInvocation};
@@ -54,6 +54,7 @@ impl Recovery {
         books: &Books,
         seqs: &mut [i64],
     ) -> Result<()> {
+        let sale = Sale { voucher, shards, gen };
         let mut conn = self.redis.conn().await?;
         if let Some(over) = books.over_stock() {
             tracing::error!(
@@ -79,68 +80,9 @@ impl Recovery {
         for (k, shard) in by_shard.into_iter().enumerate() {
             // A big sale takes a while: the lease is renewed shard by shard.
             self.renew_lease(voucher).await?;
-            let marks: Vec<(&i64, &String)> = shard.marks.iter().collect();
-            // One round at least: each sets the shard's count of admitted orders (a
-            // set, not an increment).
-            let rounds = marks
-                .len()
-                .max(shard.returned.len())
-                .max(topups.len())
-                .div_ceil(CHUNK)
-                .max(1);
-            for r in 0..rounds {
-                if r > 0 {
-                    self.renew_lease(voucher).await?;
-                }
-                let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
-                let mut inv = self.restore_script(voucher, k as u32, shards, gen, "fill", seqs[k]);
-                let m = &marks[part(marks.len())];
-                inv.arg(m.len());
-                for (user, mark) in m {
-                    inv.arg(**user).arg(mark.as_str());
-                }
-                inv.arg(shard.admitted);
-                let ret = &shard.returned[part(shard.returned.len())];
-                inv.arg(ret.len());
-                for id in ret {
-                    inv.arg(id);
-                }
-                let t = &topups[part(topups.len())];
-                inv.arg(t.len());
-                for id in t {
-                    inv.arg(id.as_str());
-                }
-                seqs[k] = step(
-                    inv.invoke_async(&mut conn).await.context("sale_restore.lua fill")?,
-                    voucher,
-                    k,
-                )?;
-            }
+            self.fill(&mut conn, sale, k, &shard, &topups, &mut seqs[k]).await?;
         }
-        // Orders found in an intent only, back into their shard's outbox.
-        let mut requeue: Vec<Vec<String>> = vec![Vec::new(); shards as usize];
-        for o in &books.requeue {
-            let k = crate::keys::shard_of(o.user_id, shards) as usize;
-            requeue[k].push(format!("{},{},{}", o.id, o.user_id, o.created_ms));
-        }
-        for (k, orders) in requeue.iter().enumerate() {
-            for part in orders.chunks(REQUEUE_PER_ENTRY) {
-                let mut inv = self.restore_script(voucher, k as u32, shards, gen, "requeue", seqs[k]);
-                inv.arg(voucher).arg(part.join(",")).arg(self.formats.writes());
-                seqs[k] = step(
-                    inv.invoke_async(&mut conn).await.context("sale_restore.lua requeue")?,
-                    voucher,
-                    k,
-                )?;
-            }
-        }
-        if !books.requeue.is_empty() {
-            tracing::warn!(
-                voucher,
-                orders = books.requeue.len(),
-                "orders in a relay's intent only, written back into their outboxes to be published again"
-            );
-        }
+        self.requeue(&mut conn, sale, books, seqs).await?;
         for (k, part) in crate::keys::split(books.stock_left(), shards).into_iter().enumerate() {
             let mut open = self.restore_script(voucher, k as u32, shards, gen, "open", seqs[k]);
             open.arg(part).arg(RELAY_GROUP);
@@ -153,6 +95,100 @@ impl Recovery {
         crate::voucher::stock::register_outbox(&self.redis, &self.keys, voucher, shards).await?;
         Ok(())
     }
+
+    /// Writes shard `k`'s marks, admitted count, returned orders and the sale's
+    /// top-ups, [`CHUNK`] of each per call; `seq` is the shard's sequence before
+    /// and after.
+    async fn fill(
+        &self,
+        conn: &mut crate::redis_conn::Conn,
+        sale: Sale,
+        k: usize,
+        shard: &Shard,
+        topups: &[String],
+        seq: &mut i64,
+    ) -> Result<()> {
+        let marks: Vec<(&i64, &String)> = shard.marks.iter().collect();
+        // One round at least: each sets the shard's count of admitted orders (a
+        // set, not an increment).
+        let rounds = marks
+            .len()
+            .max(shard.returned.len())
+            .max(topups.len())
+            .div_ceil(CHUNK)
+            .max(1);
+        for r in 0..rounds {
+            if r > 0 {
+                self.renew_lease(sale.voucher).await?;
+            }
+            let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
+            let mut inv = self.restore_script(sale.voucher, k as u32, sale.shards, sale.gen, "fill", *seq);
+            let m = &marks[part(marks.len())];
+            inv.arg(m.len());
+            for (user, mark) in m {
+                inv.arg(**user).arg(mark.as_str());
+            }
+            inv.arg(shard.admitted);
+            let ret = &shard.returned[part(shard.returned.len())];
+            inv.arg(ret.len());
+            for id in ret {
+                inv.arg(id);
+            }
+            let t = &topups[part(topups.len())];
+            inv.arg(t.len());
+            for id in t {
+                inv.arg(id.as_str());
+            }
+            *seq = step(
+                inv.invoke_async(conn).await.context("sale_restore.lua fill")?,
+                sale.voucher,
+                k,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Writes orders found in an intent only back into their shard's outbox.
+    async fn requeue(
+        &self,
+        conn: &mut crate::redis_conn::Conn,
+        sale: Sale,
+        books: &Books,
+        seqs: &mut [i64],
+    ) -> Result<()> {
+        let mut requeue: Vec<Vec<String>> = vec![Vec::new(); sale.shards as usize];
+        for o in &books.requeue {
+            let k = crate::keys::shard_of(o.user_id, sale.shards) as usize;
+            requeue[k].push(format!("{},{},{}", o.id, o.user_id, o.created_ms));
+        }
+        for (k, orders) in requeue.iter().enumerate() {
+            for part in orders.chunks(REQUEUE_PER_ENTRY) {
+                let mut inv = self.restore_script(sale.voucher, k as u32, sale.shards, sale.gen, "requeue", seqs[k]);
+                inv.arg(sale.voucher).arg(part.join(",")).arg(self.formats.writes());
+                seqs[k] = step(
+                    inv.invoke_async(conn).await.context("sale_restore.lua requeue")?,
+                    sale.voucher,
+                    k,
+                )?;
+            }
+        }
+        if !books.requeue.is_empty() {
+            tracing::warn!(
+                voucher = sale.voucher,
+                orders = books.requeue.len(),
+                "orders in a relay's intent only, written back into their outboxes to be published again"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The sale a repair rebuilds: the voucher, its shards and the repair's generation.
+#[derive(Clone, Copy)]
+struct Sale {
+    voucher: i64,
+    shards: u32,
+    gen: i64,
 }
 
 /// A step's reply: the shard's sequence now, or an error if the shard was not where

@@ -75,6 +75,14 @@ pub async fn record(
     Ok(Ok(TopUp { id, voucher_id, units }))
 }
 
+/// The ids of every top-up of the sale `voucher` Postgres has committed, in order.
+pub async fn ids_of_sale(db: impl sqlx::PgExecutor<'_>, voucher: i64) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM stock_topups WHERE voucher_id = $1 ORDER BY id")
+        .bind(voucher)
+        .fetch_all(db)
+        .await
+}
+
 /// Top-up `id`, done or pending.
 pub async fn get(db: impl sqlx::PgExecutor<'_>, id: i64) -> Result<Option<TopUp>> {
     sqlx::query_as("SELECT id, voucher_id, units FROM stock_topups WHERE id = $1")

@@ -103,3 +103,25 @@ pub async fn sweep(pg: &PgPool, namespace: &str) -> Result<u64> {
     .context("sweeping relay intents")?
     .rows_affected())
 }
+
+/// The orders of the sale `voucher` in this namespace's intents, the oldest intent
+/// first, as (id, shopper, admission ms); an intent of an older version names no
+/// shopper nor time.
+pub async fn orders_of_sale(
+    pg: &PgPool,
+    namespace: &str,
+    voucher: i64,
+) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+    sqlx::query_as(
+        "SELECT x.id, x.user_id, x.created_ms
+           FROM relay_intents i,
+                unnest(i.order_ids, i.voucher_ids, i.user_ids, i.created_ms) AS x(id, voucher_id, user_id, created_ms)
+          WHERE i.namespace = $1 AND x.voucher_id = $2
+          ORDER BY i.id",
+    )
+    .bind(namespace)
+    .bind(voucher)
+    .fetch_all(pg)
+    .await
+    .context("reading the relays' intents of a sale")
+}

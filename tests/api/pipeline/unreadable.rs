@@ -123,7 +123,7 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
     let outbox = ns.keys().outbox(v);
     let mut conn = app.redis().await;
     assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
-    let read = seckill::recovery::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+    let read = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
         .await
         .unwrap();
     assert_eq!(read.len(), 1, "the order in flight");
@@ -137,7 +137,7 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let err = seckill::recovery::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+    let err = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
         .await
         .expect_err("an outbox with an entry it cannot read is not counted");
     assert!(format!("{err:#}").contains("cannot read"), "{err:#}");

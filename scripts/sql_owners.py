@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Fails if a file of src/ holds SQL on a table its area does not own.
+
+Each business area owns its Postgres tables (`OWNERS` below, by the name of an
+area or a module of `//! # Layout` in src/lib.rs): only the files of its modules
+hold SQL on them; another area calls its service. A file "holds SQL on" a table
+when its text names it after FROM, INTO, UPDATE, JOIN, TABLE, TRUNCATE, USING or
+LOCK (what a query on it reads or writes), in the code outside its
+`#[cfg(test)] mod tests`. Every table a migration creates must have an owner.
+Usage: sql_owners.py [ROOT | --self-test]. Prints each file and table out of
+place."""
+import os, re, sys
+
+OWNERS = {
+    # sales: vouchers, their stock and top-ups
+    "vouchers": "sales", "seckill_vouchers": "sales", "stock_topups": "sales",
+    # ordering: orders and their way from Redis to Postgres, and their life after
+    "voucher_orders": "ordering", "stock_returns": "ordering", "relay_intents": "ordering",
+    "outbox_format": "ordering", "outbox_processes": "ordering", "dead_letters": "ordering",
+    "worker_heartbeats": "ordering",
+    # admission: queues, raffles, per-address caps
+    "admission_queues": "admission", "queue_places": "admission", "queue_admits": "admission",
+    "raffles": "admission", "raffle_entries": "admission", "raffle_beacons": "admission",
+    "admission_addresses": "admission",
+    # recovery: each sale's generation and repair, the floors relays recorded
+    "sale_states": "recovery", "shard_floors": "recovery", "redis_epochs": "recovery",
+    "redis_clocks": "recovery",
+    # numbers: counters' ranges and business numbers' rules
+    "counter_watermarks": "numbers", "sequence_rules": "numbers",
+    # base and edge modules that keep a table of their own
+    "fencing_tokens": "lock", "idempotency_keys": "http",
+}
+
+SQL_BEFORE = r"(?:FROM|INTO|UPDATE|JOIN|TABLE|TRUNCATE|USING|LOCK)\s+(?:ONLY\s+)?(?:IF\s+EXISTS\s+)?(?:[a-z_]+\.)?"
+
+
+def layout(lib):
+    """The modules of each name of the layout (an area's name, or a module's)."""
+    section = "\n".join(l[3:].strip() if l.startswith("//!") else "" for l in lib.split("//! # Layout", 1)[-1].splitlines())
+    section = re.sub(r"\n(?!- |\n)", " ", section)
+    modules = {}
+    for m in re.finditer(r"^- (?:edge|area|base) ([a-z]+): ((?:`[a-z_]+`(?:, )?)+)", section, re.M):
+        names = re.findall(r"`([a-z_]+)`", m.group(2))
+        modules.setdefault(m.group(1), set()).update(names)
+        for n in names:
+            modules.setdefault(n, set()).add(n)
+    return modules
+
+
+def check(root, owners=OWNERS):
+    src = os.path.join(root, "src")
+    modules = layout(open(os.path.join(src, "lib.rs")).read())
+    problems = []
+    created = set()
+    mig = os.path.join(root, "migrations")
+    for n in sorted(os.listdir(mig)) if os.path.isdir(mig) else []:
+        text = open(os.path.join(mig, n)).read()
+        created |= set(re.findall(r"(?i)create\s+table\s+(?:if\s+not\s+exists\s+)?([a-z_]+)", text))
+    problems += [f"table {t} (created by a migration) has no owner in scripts/sql_owners.py" for t in sorted(created - set(owners))]
+    problems += [f"owner {o} of {t} is not a name of the layout in src/lib.rs" for t, o in sorted(owners.items()) if o not in modules]
+    for dirpath, _, names in os.walk(src):
+        for n in sorted(names):
+            if not n.endswith(".rs") or n == "tests.rs":
+                continue
+            path = os.path.join(dirpath, n)
+            rel = os.path.relpath(path, src)
+            top = rel.split(os.sep)[0].removesuffix(".rs")
+            text = re.split(r"#\[cfg\(test\)\]\s*mod tests\s*\{", open(path).read())[0]
+            text = re.sub(r"//[^\n]*", "", text)
+            for table, owner in sorted(owners.items()):
+                if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
+                    problems.append(f"src/{rel} holds SQL on {table}, which {owner} owns: call {owner}'s service")
+    for p in problems:
+        print("sql owners:", p)
+    return 1 if problems else 0
+
+
+def self_test():
+    """The check on small trees of its own."""
+    import tempfile
+    lib = "//! # Layout\n//! - area sales: `voucher`\n//! - area ordering: `order`,\n//!   `worker`\npub mod order;\n"
+    cases = {
+        "an owner's own file": ({"src/voucher/repo.rs": 'const Q: &str = "SELECT stock FROM seckill_vouchers";'}, 0),
+        "another area's file": ({"src/worker/steps.rs": 'const Q: &str = "UPDATE seckill_vouchers SET stock = 1";'}, 1),
+        "an area of two modules": ({"src/worker/steps.rs": 'const Q: &str = "INSERT INTO voucher_orders";'}, 0),
+        "a comment or a test": ({"src/order/a.rs": "// FROM seckill_vouchers\n#[cfg(test)]\nmod tests {\n const Q: &str = \"FROM stock_topups\"; }\n"}, 0),
+        "a table with no owner": ({"migrations/0001_x.sql": "CREATE TABLE unowned (id bigint);"}, 1),
+    }
+    for name, (tree, want) in cases.items():
+        with tempfile.TemporaryDirectory() as d:
+            for path, text in {"src/lib.rs": lib, **tree}.items():
+                os.makedirs(os.path.dirname(os.path.join(d, path)), exist_ok=True)
+                with open(os.path.join(d, path), "w") as f:
+                    f.write(text)
+            import contextlib, io
+            with contextlib.redirect_stdout(io.StringIO()):
+                got = check(d, {"seckill_vouchers": "sales", "stock_topups": "sales", "voucher_orders": "ordering"})
+            if got != want:
+                sys.exit(f"sql_owners self-test failed: {name}: exit {got}, wanted {want}")
+    print("sql_owners: self-test passed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--self-test":
+        self_test()
+        sys.exit(0)
+    sys.exit(check(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")))
