@@ -52,7 +52,7 @@ pub struct SaleAvailability {
     pub last_reason: Option<String>,
 }
 
-#[derive(Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Serialize, ToSchema)]
 pub struct WorkerSeen {
     pub process: String,
     /// Deliveries it held, unsettled, at its last heartbeat.
@@ -73,11 +73,7 @@ pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<we
         .filter(|e| e.voucher.flash.as_ref().is_some_and(|f| f.end_at > now))
         .map(|e| e.voucher.id)
         .collect();
-    let closed: Vec<i64> =
-        sqlx::query_scalar("SELECT voucher_id FROM sale_states WHERE namespace = $1 AND closed_since IS NOT NULL")
-            .bind(ns)
-            .fetch_all(&state.pg)
-            .await?;
+    let closed = state.recovery.closed_sales().await.map_err(ApiError::internal)?;
     ids.extend(closed);
     ids.sort_unstable();
     ids.dedup();
@@ -97,12 +93,15 @@ pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<we
             }
         })
         .collect();
-    let workers: Vec<WorkerSeen> = sqlx::query_as(
-        "SELECT process, holding, seen_at FROM worker_heartbeats WHERE namespace = $1 ORDER BY seen_at DESC LIMIT 20",
-    )
-    .bind(ns)
-    .fetch_all(&state.pg)
-    .await?;
+    let workers = crate::worker::last_heartbeats(&state.pg, ns, 20)
+        .await?
+        .into_iter()
+        .map(|h| WorkerSeen {
+            process: h.process,
+            holding: h.holding,
+            seen_at: h.seen_at,
+        })
+        .collect();
     Ok(web::Json(RedisState {
         sales,
         this_process_closed: state.recovery.closed.list().iter().map(|v| v.to_string()).collect(),

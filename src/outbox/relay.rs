@@ -40,8 +40,6 @@ pub struct Relay {
     held: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
     /// When the held orders were last settled.
     held_tried: std::sync::Mutex<Option<Instant>>,
-    /// The sales whose `sale_states` row this relay made sure of.
-    states_made: std::sync::Mutex<std::collections::HashSet<i64>>,
     consumer: String,
     batch: usize,
     linger: Duration,
@@ -134,7 +132,6 @@ impl Relay {
             recovery,
             held: Default::default(),
             held_tried: Default::default(),
-            states_made: Default::default(),
             consumer,
             batch: settings.relay_batch,
             linger: settings.relay_linger,

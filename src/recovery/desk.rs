@@ -13,13 +13,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 /// How often the desk refreshes the floors from Postgres and retries the repairs
 /// it was asked for.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
-/// Every how many rounds a process sweeps the relay intents whose orders are stored.
-const SWEEP_EVERY_ROUNDS: u64 = 10;
 /// How long a sale that ended stays in the refresh (and its gauge).
 const ENDED_KEPT: chrono::Duration = chrono::Duration::minutes(5);
 
@@ -38,7 +35,7 @@ pub struct Recovery {
     /// What Redis says of its persistence, read once.
     pub durability: RwLock<Option<Durability>>,
     /// Sales whose repair (or check) this process was asked for, and why.
-    requests: Mutex<HashMap<i64, String>>,
+    pub(super) requests: Mutex<HashMap<i64, String>>,
     /// Names this process as a repairer (`sale_states.repairer`).
     pub(super) me: String,
     /// Held while this process checks or repairs a sale.
@@ -47,7 +44,10 @@ pub struct Recovery {
     /// closed here (a process that starts while Redis has gone back in time must
     /// not sell from it knowing nothing of what the relays saw).
     ready: std::sync::atomic::AtomicBool,
-    wake: Notify,
+    pub(super) wake: Notify,
+    /// The sales whose `sale_states` row this process made sure of
+    /// ([`Recovery::generations`]).
+    pub(super) states_made: Mutex<std::collections::HashSet<i64>>,
 }
 
 /// One sale's row of `sale_states`.
@@ -88,6 +88,7 @@ impl Recovery {
             one_repair: tokio::sync::Mutex::new(()),
             ready: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
+            states_made: Mutex::default(),
         }
     }
 
@@ -119,87 +120,6 @@ impl Recovery {
     /// floors were read once).
     pub fn is_closed(&self, voucher: i64) -> bool {
         !self.ready.load(std::sync::atomic::Ordering::Acquire) || self.closed.is_closed(voucher)
-    }
-
-    /// Until `stop`: the floors refreshed every [`REFRESH_EVERY`], and, on a task
-    /// of their own (a long repair must not hold the floors back), the repairs asked
-    /// for, at once and then every [`REFRESH_EVERY`] until each is done.
-    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        tokio::join!(self.clone().refresh_loop(stop.clone()), self.repair_loop(stop));
-    }
-
-    async fn refresh_loop(self: Arc<Self>, stop: CancellationToken) {
-        let mut failures = 0u32;
-        for round in 1u64.. {
-            if round.is_multiple_of(SWEEP_EVERY_ROUNDS) {
-                // Intents whose orders are all stored are done with.
-                if let Err(e) = crate::outbox::sweep_intents(&self.pg, self.namespace()).await {
-                    tracing::debug!(error = %format!("{e:#}"), "sweeping relay intents failed");
-                }
-            }
-            if self.durability.read().expect("durability poisoned").is_none() {
-                self.note_durability().await;
-            }
-            match self.refresh().await {
-                Ok(()) => failures = 0,
-                Err(e) => {
-                    failures += 1;
-                    if failures <= 3 || failures.is_multiple_of(30) {
-                        tracing::warn!(error = %format!("{e:#}"), "refreshing the shards' floors failed");
-                    }
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
-            }
-        }
-    }
-
-    async fn repair_loop(self: Arc<Self>, stop: CancellationToken) {
-        loop {
-            self.repairs().await;
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(REFRESH_EVERY) => {}
-            }
-        }
-    }
-
-    /// Reads and logs once what Redis says of its persistence (`/health/ready`
-    /// shows it).
-    async fn note_durability(&self) {
-        let Ok(mut conn) = self.redis.conn().await else { return };
-        let d = super::durability(&mut conn).await;
-        if !d.safe {
-            tracing::warn!(aof = %d.aof, replicas = d.replicas, at_risk = %d.at_risk, "Redis durability");
-        } else {
-            tracing::info!(aof = %d.aof, "Redis durability: acknowledged orders survive a Redis crash");
-        }
-        *self.durability.write().expect("durability poisoned") = Some(d);
-    }
-
-    /// One round: the floors from Postgres, then each sale asked for.
-    pub async fn round(&self) -> Result<()> {
-        self.refresh().await?;
-        self.repairs().await;
-        Ok(())
-    }
-
-    /// Each sale asked for, once: taken off the requests before it is handled (a
-    /// report that arrives meanwhile asks again), put back if it is not done.
-    async fn repairs(&self) {
-        let asked: Vec<(i64, String)> = self.requests.lock().expect("requests poisoned").drain().collect();
-        for (voucher, reason) in asked {
-            if !self.handle(voucher, &reason).await {
-                self.requests
-                    .lock()
-                    .expect("requests poisoned")
-                    .entry(voucher)
-                    .or_insert(reason);
-            }
-        }
     }
 
     /// The running sales (and those ended lately): id and shards.
@@ -267,29 +187,5 @@ impl Recovery {
         .await
         .context("reading the sales' states")?;
         Ok(rows.into_iter().map(|s| (s.voucher_id, s)).collect())
-    }
-
-    /// Checks or repairs one sale asked for; true when it is open again (here).
-    /// False while another process holds the sale's repair lease (it repairs; this
-    /// one checks after it) or Redis or Postgres does not answer.
-    async fn handle(&self, voucher: i64, reason: &str) -> bool {
-        match self.check_or_repair(voucher, reason).await {
-            Ok(true) => {
-                if let Some(closed) = self.closed.open(voucher) {
-                    self.metrics.redis_repairing.set(self.closed.list().len() as i64);
-                    tracing::info!(
-                        voucher,
-                        closed_ms = closed.as_millis() as u64,
-                        "sale open again in this process"
-                    );
-                }
-                true
-            }
-            Ok(false) => false,
-            Err(e) => {
-                tracing::warn!(voucher, error = %format!("{e:#}"), "checking or repairing a sale failed; retrying");
-                false
-            }
-        }
     }
 }

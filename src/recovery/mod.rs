@@ -83,9 +83,11 @@ pub mod closed;
 pub mod desk;
 mod durability;
 pub mod floors;
+mod generations;
 mod repair;
 mod restore;
 mod snapshot;
+mod task;
 
 pub use desk::Recovery;
 
@@ -96,3 +98,4 @@ pub use desk::Recovery;
 pub struct Repairing;
 pub use durability::{durability, Durability};
 pub use floors::{gen_of, Floors, GEN};
+pub use generations::GENERATIONS_HELD;

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod cache;
 pub mod live;
 pub mod model;
+pub mod pg_stock;
 pub mod refill;
 pub mod repo;
 pub mod shards;

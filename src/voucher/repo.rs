@@ -249,14 +249,6 @@ pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, s
         .await
 }
 
-/// A flash sale's stock in Postgres (its total less its live orders).
-pub async fn stock(db: impl PgExecutor<'_>, id: i64) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
-        .bind(id)
-        .fetch_one(db)
-        .await
-}
-
 /// A flash sale's `stock_shards`, or `None` if the voucher is not a flash sale (or
 /// does not exist).
 pub async fn flash_shards(db: impl PgExecutor<'_>, id: i64) -> Result<Option<u32>, sqlx::Error> {

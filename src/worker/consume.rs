@@ -1,7 +1,7 @@
 //! Consuming: the connection to RabbitMQ, the loop that gathers whatever has
 //! arrived into one batch, and settling each delivery after its transaction.
 use super::attempt::Persisted;
-use super::hands::Held;
+use super::heartbeat::Held;
 use super::setup::Worker;
 use super::timeout;
 use crate::broker::answered;

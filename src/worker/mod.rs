@@ -8,8 +8,7 @@
 //! - While Postgres (or Redis, for business numbers) is down the worker retries the
 //!   same batch with backoff, but holds it at most `hold_limit`: then it hands the
 //!   messages back to the queue and reconnects later, so that no batch sits unseen in
-//!   a worker's hands (a repair after Redis went back in time waits for the queue
-//!   and for every live worker's hands to be empty: see [`Worker::heartbeat`]).
+//!   a worker's hands (what it holds is reported: [`Worker::heartbeat`]).
 //! - A batch the database refuses as such is retried message by message; a message
 //!   that is still refused has its orders stored `failed` with the reason (an
 //!   incident, counted and logged), never dropped.
@@ -19,13 +18,13 @@
 mod attempt;
 mod consume;
 mod dead;
-mod hands;
+mod heartbeat;
 pub mod persist;
 mod setup;
 pub mod timeout;
 
+pub use heartbeat::{last as last_heartbeats, Heartbeat};
 pub use setup::Worker;
 
-/// How often a worker tells the repair what it holds (less than the repair's
-/// quiet period, so that each of its rounds sees a fresh report).
+/// How often a worker reports what it holds ([`Worker::heartbeat`]).
 pub const HEARTBEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);

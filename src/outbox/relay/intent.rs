@@ -19,6 +19,19 @@ use anyhow::{Context, Result};
 use sqlx::PgPool;
 
 use crate::order::OrderMsg;
+use std::sync::LazyLock;
+
+/// The statement [`record`] runs: the recovery area's hold of the sales'
+/// generations and raise of the floors, then the intent's insert, unless a sale
+/// moved.
+static RECORD: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms)
+         SELECT $1, 0, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM moved)
+         RETURNING id",
+        crate::recovery::GENERATIONS_HELD
+    )
+});
 
 /// Records `orders` as about to be published, and `floors` (shard tag, highest
 /// sequence read) as the shards' floors; returns the intent's id (the message
@@ -48,35 +61,18 @@ pub async fn record(
     floors.sort_unstable();
     let (tags, seqs): (Vec<&str>, Vec<i64>) = floors.into_iter().unzip();
     // One statement, one round trip, one commit.
-    sqlx::query_scalar(
-        "WITH held AS (
-             SELECT voucher_id, gen FROM sale_states
-              WHERE namespace = $1 AND voucher_id = ANY($2::bigint[])
-              ORDER BY voucher_id FOR SHARE
-         ), moved AS (
-             SELECT 1 FROM unnest($2::bigint[], $6::bigint[]) AS x(v, g) JOIN held h ON h.voucher_id = x.v
-              WHERE h.gen <> x.g LIMIT 1
-         ), floors AS (
-             INSERT INTO shard_floors (namespace, tag, seq)
-             SELECT $1, t, max(s) FROM unnest($7::text[], $8::bigint[]) AS x(t, s)
-              WHERE NOT EXISTS (SELECT 1 FROM moved) GROUP BY t ORDER BY t
-             ON CONFLICT (namespace, tag) DO UPDATE SET seq = GREATEST(shard_floors.seq, EXCLUDED.seq)
-         )
-         INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms)
-         SELECT $1, 0, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM moved)
-         RETURNING id",
-    )
-    .bind(namespace)
-    .bind(&vouchers)
-    .bind(&ids)
-    .bind(&users)
-    .bind(&times)
-    .bind(&gens)
-    .bind(&tags)
-    .bind(&seqs)
-    .fetch_optional(pg)
-    .await
-    .context("recording a relay intent")
+    sqlx::query_scalar(&RECORD)
+        .bind(namespace)
+        .bind(&vouchers)
+        .bind(&ids)
+        .bind(&users)
+        .bind(&times)
+        .bind(&gens)
+        .bind(&tags)
+        .bind(&seqs)
+        .fetch_optional(pg)
+        .await
+        .context("recording a relay intent")
 }
 
 /// Deletes the intents whose orders are all in `voucher_orders` (under their id, or

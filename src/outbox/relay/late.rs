@@ -38,38 +38,6 @@ pub const LATE_CONFLICT: &str =
     "read by a relay before Redis went back in time; its unit or shopper was sold again before it was published";
 
 impl Relay {
-    /// Each sale's generation in Postgres (rows made for sales that have none, so
-    /// that an intent can hold them shared).
-    pub(super) async fn generations(&self, vouchers: &[i64]) -> Result<HashMap<i64, i64>> {
-        let mut vouchers = vouchers.to_vec();
-        vouchers.sort_unstable();
-        vouchers.dedup();
-        let fresh: Vec<i64> = {
-            let known = self.states_made.lock().expect("states poisoned");
-            vouchers.iter().filter(|v| !known.contains(v)).copied().collect()
-        };
-        if !fresh.is_empty() {
-            sqlx::query(
-                "INSERT INTO sale_states (namespace, voucher_id) SELECT $1, v FROM unnest($2::bigint[]) AS v
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(self.keys.namespace())
-            .bind(&fresh)
-            .execute(&self.pg)
-            .await
-            .context("making the sales' states")?;
-            self.states_made.lock().expect("states poisoned").extend(fresh);
-        }
-        let rows: Vec<(i64, i64)> =
-            sqlx::query_as("SELECT voucher_id, gen FROM sale_states WHERE namespace = $1 AND voucher_id = ANY($2)")
-                .bind(self.keys.namespace())
-                .bind(&vouchers)
-                .fetch_all(&self.pg)
-                .await
-                .context("reading the sales' generations")?;
-        Ok(rows.into_iter().collect())
-    }
-
     /// Settles orders whose generation is not their sale's in `gens` (see the
     /// module above): returns those to publish now, as of their sale's generation;
     /// those held are in `self.held` (this round's included), the others done.

@@ -24,7 +24,7 @@ impl Relay {
         let mut todo = orders;
         for attempt in 0..3 {
             let vouchers: Vec<i64> = todo.iter().map(|(o, _)| o.voucher_id).collect();
-            let gens = self.generations(&vouchers).await?;
+            let gens = self.recovery.generations(&vouchers).await?;
             let (stale, mut fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut todo)
                 .into_iter()
                 .partition(|(o, _)| o.epoch != gens.get(&o.voucher_id).copied().unwrap_or(0));

@@ -12,17 +12,7 @@ use std::collections::{HashMap, HashSet};
 /// The stock Postgres has for each of the batch's vouchers, as last committed,
 /// without locking anything.
 pub(super) async fn read_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
-    let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
-    vouchers.sort_unstable();
-    vouchers.dedup();
-    Ok(
-        sqlx::query_as("SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1)")
-            .bind(&vouchers)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect(),
-    )
+    crate::voucher::pg_stock::read(tx, &vouchers_of(orders)).await
 }
 
 /// Numbers the rows to create, inserts every row, settles the rows the insert
@@ -81,17 +71,15 @@ pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashS
 /// Locks the batch's vouchers (in id order, so that two workers never wait on each
 /// other in a cycle) and returns the stock Postgres has for each.
 pub(super) async fn lock_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    crate::voucher::pg_stock::lock(tx, &vouchers_of(orders)).await
+}
+
+/// The batch's vouchers, each once, in id order.
+fn vouchers_of(orders: &[OrderMsg]) -> Vec<i64> {
     let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
     vouchers.sort_unstable();
     vouchers.dedup();
-    Ok(sqlx::query_as(
-        "SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
-    )
-    .bind(&vouchers)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect())
+    vouchers
 }
 
 /// For vouchers whose part of the batch exceeds their stock (a redelivery near the
@@ -145,20 +133,7 @@ pub(super) fn within_stock(orders: Vec<OrderMsg>, stock: &HashMap<i64, i32>) -> 
 
 /// Takes the units of the created orders from Postgres's stock.
 pub(super) async fn take_stock(tx: &mut PgConnection, units: HashMap<i64, i32>) -> Result<(), sqlx::Error> {
-    if units.is_empty() {
-        return Ok(());
-    }
-    let (v, n): (Vec<i64>, Vec<i32>) = units.into_iter().unzip();
-    sqlx::query(
-        "UPDATE seckill_vouchers s SET stock = s.stock - d.n
-           FROM UNNEST($1::bigint[], $2::int[]) AS d(voucher_id, n)
-          WHERE s.voucher_id = d.voucher_id",
-    )
-    .bind(&v)
-    .bind(&n)
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    crate::voucher::pg_stock::take(tx, units).await
 }
 
 /// Deletes the relay's intents of a batch whose orders this transaction stores

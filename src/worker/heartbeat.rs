@@ -1,5 +1,6 @@
-//! What a worker holds: deliveries received and not settled, counted while held
-//! and reported to Postgres for the Redis repair (see [`crate::epoch`]).
+//! A worker's heartbeat: what it holds (deliveries received and not settled,
+//! counted while held), reported to Postgres (`worker_heartbeats`) for people to
+//! read in `GET /api/v1/admin/redis`; nothing is decided from it.
 use super::setup::Worker;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 impl Worker {
-    /// Tells the repair (through Postgres) what this process holds, every
+    /// Tells Postgres what this process holds, every
     /// `every`, until `stop`; removes its row on the way out.
     pub async fn heartbeat(self: Arc<Self>, every: Duration, stop: CancellationToken) {
         let ns = self.ctx.keys.namespace().to_owned();
@@ -55,4 +56,24 @@ impl Drop for Held<'_> {
     fn drop(&mut self) {
         self.holding.fetch_sub(self.n, Ordering::AcqRel);
     }
+}
+
+/// A worker's last heartbeat.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Heartbeat {
+    pub process: String,
+    /// Deliveries it held, unsettled.
+    pub holding: i32,
+    pub seen_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The last `limit` heartbeats of the namespace's workers, newest first.
+pub async fn last(pg: &sqlx::PgPool, namespace: &str, limit: i64) -> Result<Vec<Heartbeat>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT process, holding, seen_at FROM worker_heartbeats WHERE namespace = $1 ORDER BY seen_at DESC LIMIT $2",
+    )
+    .bind(namespace)
+    .bind(limit)
+    .fetch_all(pg)
+    .await
 }

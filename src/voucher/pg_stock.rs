@@ -1,0 +1,56 @@
+//! A sale's stock in Postgres (`seckill_vouchers.stock`: its total less its live
+//! orders), as the worker reads, locks and takes it in the transaction that stores
+//! a batch, and as a repair reads it.
+use sqlx::{PgConnection, PgExecutor};
+use std::collections::HashMap;
+
+/// The stock of `voucher`.
+pub async fn of(db: impl PgExecutor<'_>, voucher: i64) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1")
+        .bind(voucher)
+        .fetch_one(db)
+        .await
+}
+
+/// The stock of each of `vouchers`, as last committed, without locking anything.
+pub async fn read(tx: &mut PgConnection, vouchers: &[i64]) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    Ok(
+        sqlx::query_as("SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1)")
+            .bind(vouchers)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect(),
+    )
+}
+
+/// Locks the rows of `vouchers` (in id order, as given: two transactions never
+/// wait on each other in a cycle) and returns the stock of each.
+pub async fn lock(tx: &mut PgConnection, vouchers: &[i64]) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    Ok(sqlx::query_as(
+        "SELECT voucher_id, stock FROM seckill_vouchers WHERE voucher_id = ANY($1) ORDER BY voucher_id FOR UPDATE",
+    )
+    .bind(vouchers)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect())
+}
+
+/// Takes `units` (per voucher) from the stock.
+pub async fn take(tx: &mut PgConnection, units: HashMap<i64, i32>) -> Result<(), sqlx::Error> {
+    if units.is_empty() {
+        return Ok(());
+    }
+    let (v, n): (Vec<i64>, Vec<i32>) = units.into_iter().unzip();
+    sqlx::query(
+        "UPDATE seckill_vouchers s SET stock = s.stock - d.n
+           FROM UNNEST($1::bigint[], $2::int[]) AS d(voucher_id, n)
+          WHERE s.voucher_id = d.voucher_id",
+    )
+    .bind(&v)
+    .bind(&n)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
