@@ -97,14 +97,9 @@ fn entry_ms(id: &str) -> Option<i64> {
 /// Orders of the sale the payment timeout cancelled (the consumer of expired
 /// payment windows, or the sweep behind it).
 pub async fn timed_out(db: impl PgExecutor<'_>, voucher_id: i64) -> Result<i64> {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM voucher_orders
-          WHERE voucher_id = $1 AND status = 'cancelled' AND cancelled_by = 'timeout'",
-    )
-    .bind(voucher_id)
-    .fetch_one(db)
-    .await
-    .context("counting timed-out orders")
+    crate::order::stored::timed_out_of_sale(db, voucher_id)
+        .await
+        .context("counting timed-out orders")
 }
 
 #[cfg(test)]

@@ -197,42 +197,43 @@ pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> 
     }))
 }
 
-/// Postgres's half of a sale's books, in one statement: everything ever put on
+/// Postgres's half of a sale's books, in one snapshot: everything ever put on
 /// sale and the orders by status; or the answer for a voucher that has no books.
 pub(crate) async fn postgres_books(pg: &PgPool, voucher_id: i64) -> Result<Result<(i64, PostgresBooks), Lookup>> {
-    type Row = (Option<i64>, Option<i64>, i64, i64, i64, i64, i64);
-    let row: Option<Row> = sqlx::query_as(
-        "SELECT s.total_stock::int8, s.stock::int8, o.created, o.paid, o.cancelled, o.failed, r.pending
-           FROM vouchers v
-           LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
-          CROSS JOIN LATERAL (
-                SELECT count(*) FILTER (WHERE status = 'created')   AS created,
-                       count(*) FILTER (WHERE status = 'paid')      AS paid,
-                       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-                       count(*) FILTER (WHERE status = 'failed')    AS failed
-                  FROM voucher_orders WHERE voucher_id = v.id) o
-          CROSS JOIN LATERAL (
-                SELECT count(*) AS pending
-                  FROM stock_returns WHERE voucher_id = v.id AND done_at IS NULL) r
+    let mut tx = pg.begin().await.context("reading the sale's books in Postgres")?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .context("reading the sale's books in Postgres")?;
+    let row: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(
+        "SELECT s.total_stock::int8, s.stock::int8
+           FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
           WHERE v.id = $1",
     )
     .bind(voucher_id)
-    .fetch_optional(pg)
+    .fetch_optional(&mut *tx)
     .await
     .context("reading the sale's books in Postgres")?;
-    let Some((total, pg_stock, created, paid, cancelled, failed, returns_pending)) = row else {
+    let Some((total, pg_stock)) = row else {
         return Ok(Err(Lookup::NotFound));
     };
+    let counts = crate::order::stored::counts_of_sale(&mut *tx, voucher_id)
+        .await
+        .context("reading the sale's books in Postgres")?;
+    let returns_pending = crate::order::stored::returns_pending(&mut *tx, voucher_id)
+        .await
+        .context("reading the sale's books in Postgres")?;
+    tx.commit().await.context("reading the sale's books in Postgres")?;
     let (Some(stock), Some(pg_stock)) = (total, pg_stock) else {
         return Ok(Err(Lookup::NotAFlashSale));
     };
     Ok(Ok((
         stock,
         PostgresBooks {
-            created,
-            paid,
-            cancelled,
-            failed,
+            created: counts.created,
+            paid: counts.paid,
+            cancelled: counts.cancelled,
+            failed: counts.failed,
             stock: pg_stock,
             returns_pending,
         },
