@@ -34,11 +34,17 @@
 //!   then on, so that a later format is told apart by the stamp, not by guessing
 //!   from the fields. A binary older than the fence (which announces nothing) reads
 //!   a format-2 entry as format 1, rightly: the fields it reads mean the same.
-use anyhow::{Context, Result};
+use anyhow::Context;
 use sqlx::PgPool;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+mod decision;
+mod operator;
+use decision::decision;
+pub use decision::Refused;
+pub use operator::{forget, list, lower, Announced, LOOKS_ALIVE};
 
 /// The newest format this binary reads and writes (the settings' bound).
 pub const NEWEST: u32 = crate::config::NEWEST_OUTBOX_FORMAT;
@@ -63,21 +69,6 @@ pub struct Formats {
     registered: tokio::sync::watch::Sender<bool>,
     /// `seckill_outbox_format_written`.
     gauge: prometheus::IntGauge,
-}
-
-/// Why an announcement was not recorded.
-#[derive(Debug, thiserror::Error)]
-pub enum Refused {
-    /// The decision is past what this process reads: it must not run.
-    #[error(
-        "outbox format {decided} is being written, and this process reads formats up to {reads} only: \
-         it would park every new outbox entry. Run a newer binary (or, to roll back, stop every newer \
-         process and run `seckill outbox-formats lower --to {reads}`)"
-    )]
-    TooOld { decided: u32, reads: u32 },
-    /// Postgres did not answer: try again.
-    #[error(transparent)]
-    Unreachable(#[from] anyhow::Error),
 }
 
 impl Formats {
@@ -280,22 +271,6 @@ impl Formats {
     }
 }
 
-/// The decision, its row held until the transaction ends. The transaction reads
-/// committed rows statement by statement (set here, whatever the server's
-/// default): what it reads after this lock includes every announcement that
-/// committed while it waited for it.
-async fn decision(tx: &mut sqlx::PgConnection) -> Result<u32> {
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .execute(&mut *tx)
-        .await
-        .context("reading the outbox format decision")?;
-    let decided: i32 = sqlx::query_scalar("SELECT writes FROM outbox_format FOR UPDATE")
-        .fetch_one(tx)
-        .await
-        .context("reading the outbox format decision")?;
-    Ok(decided.max(1) as u32)
-}
-
 fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -303,92 +278,4 @@ fn host() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown".to_owned())
-}
-
-/// One announced process, as `seckill outbox-formats` lists it.
-#[derive(Debug, sqlx::FromRow)]
-pub struct Announced {
-    pub process: String,
-    pub reads: i32,
-    pub mode: String,
-    pub host: String,
-    pub pid: i32,
-    pub started_at: chrono::DateTime<chrono::Utc>,
-    pub seen_at: chrono::DateTime<chrono::Utc>,
-}
-
-/// The decision and the announced processes, oldest first.
-pub async fn list(pg: &PgPool) -> Result<(u32, String, Vec<Announced>)> {
-    let (writes, by): (i32, String) = sqlx::query_as("SELECT writes, decided_by FROM outbox_format")
-        .fetch_one(pg)
-        .await
-        .context("reading the outbox format decision")?;
-    let procs = sqlx::query_as::<_, Announced>(
-        "SELECT process, reads, mode, host, pid, started_at, seen_at FROM outbox_processes ORDER BY started_at, process",
-    )
-    .fetch_all(pg)
-    .await
-    .context("reading the outbox format announcements")?;
-    Ok((writes as u32, by, procs))
-}
-
-/// How recently a process must have renewed its announcement for `forget` to
-/// refuse it without `--force` (it looks alive: an operator's check, not what
-/// keeps entries readable).
-pub const LOOKS_ALIVE: Duration = Duration::from_secs(30);
-
-/// Declares a process gone (it crashed: its announcement would hold the decision
-/// back forever). Whether it was announced. Refused for a process that renewed
-/// its announcement within [`LOOKS_ALIVE`], unless `force`.
-pub async fn forget(pg: &PgPool, process: &str, force: bool) -> Result<bool> {
-    let seen: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM now() - seen_at)::float8 FROM outbox_processes WHERE process = $1",
-    )
-    .bind(process)
-    .fetch_optional(pg)
-    .await
-    .context("reading the process's announcement")?;
-    let Some(seen) = seen else { return Ok(false) };
-    anyhow::ensure!(
-        force || seen >= LOOKS_ALIVE.as_secs_f64(),
-        "{process} renewed its announcement {seen:.0} s ago: it looks alive (stop it, or pass --force)"
-    );
-    let r = sqlx::query("DELETE FROM outbox_processes WHERE process = $1")
-        .bind(process)
-        .execute(pg)
-        .await
-        .context("declaring the process gone")?;
-    Ok(r.rows_affected() == 1)
-}
-
-/// Lowers the decision to `to` (a rollback to a binary that reads only up to
-/// `to`), refused while any announced process reads a newer format: such a
-/// process may still write one (stop it first, or declare it gone).
-pub async fn lower(pg: &PgPool, to: u32, by: &str) -> Result<()> {
-    anyhow::ensure!(to >= 1, "the oldest format is 1");
-    let mut tx = pg.begin().await.context("lowering the outbox format")?;
-    let decided = decision(&mut tx).await?;
-    anyhow::ensure!(
-        to <= decided,
-        "outbox format {decided} is decided; lowering is to an older one"
-    );
-    let newer: Vec<String> =
-        sqlx::query_scalar("SELECT process FROM outbox_processes WHERE reads > $1 ORDER BY process")
-            .bind(to as i32)
-            .fetch_all(&mut *tx)
-            .await
-            .context("reading the outbox format announcements")?;
-    anyhow::ensure!(
-        newer.is_empty(),
-        "processes that read and write formats newer than {to} are announced (stop them, or declare them gone): {}",
-        newer.join(", ")
-    );
-    sqlx::query("UPDATE outbox_format SET writes = $1, decided_at = now(), decided_by = $2")
-        .bind(to as i32)
-        .bind(by)
-        .execute(&mut *tx)
-        .await
-        .context("lowering the outbox format")?;
-    tx.commit().await.context("lowering the outbox format")?;
-    Ok(())
 }
