@@ -6,9 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 python3 scripts/check_compose.py docker-compose.yml
-# No two source files may import each other, directly or through others.
-python3 scripts/import_cycles.py --self-test
-python3 scripts/import_cycles.py
+# The house's rules: no two source files import each other, directly or through
+# others, and every import points the way the layout in src/lib.rs says; each
+# table's SQL only in its owner's files; no file over 300 lines, no function over
+# 80, no `too_many_arguments` allowance. Each check proves itself first.
+for check in import_cycles sql_owners sizes; do
+  python3 "scripts/$check.py" --self-test
+  python3 "scripts/$check.py"
+done
 # The k6 scenarios load (`k6 inspect` runs their init code) before the long suite;
 # scripts/k6_smoke.sh runs them at the end.
 . scripts/lib/tools.sh

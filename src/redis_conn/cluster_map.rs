@@ -19,7 +19,7 @@ pub(super) struct Master {
 }
 
 /// Every master's identity with its slot ranges, each read from the master itself:
-/// what a repair needs to place a change (see `crate::epoch::scope`). Fails if a
+/// what a repair needs to place a change. Fails if a
 /// master does not answer for its own slots: the change cannot be placed yet.
 pub(super) async fn by_master(c: &mut ClusterConnection) -> Result<Vec<MasterSlots>, RedisError> {
     let slots = any_master(c, redis::cmd("CLUSTER").arg("SLOTS").to_owned()).await?;
