@@ -15,7 +15,7 @@ use crate::order::{Accepted, Order};
 use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
 use crate::sequence::Rule;
 use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
-use crate::voucher::live::{RelayState, ShardRelay};
+use crate::voucher::live_numbers::{RelayState, ShardRelay};
 use crate::voucher::model::AddStock;
 use crate::voucher::view::{
     LiveSale, OrderCounts, PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage,

@@ -8,7 +8,7 @@ use super::state::AppState;
 use super::vouchers::{announce, voucher_not_found, with_stats};
 use crate::id;
 use crate::voucher::audit::{self, Lookup};
-use crate::voucher::live;
+use crate::voucher::live_numbers;
 use crate::voucher::repo;
 use crate::voucher::view::{LiveSale, OrderCounts, VoucherPage};
 use crate::voucher::Voucher;
@@ -127,14 +127,14 @@ pub async fn live(
     }
     // Timed-out orders before the books: they are a subset of the cancelled ones and
     // only grow, so read first they never exceed `cancelled` read after.
-    let timed_out = live::timed_out(&state.pg, id).await?;
+    let timed_out = live_numbers::timed_out(&state.pg, id).await?;
     let audit = match audit::books(&state.pg, &state.redis, &state.keys, id).await? {
         Lookup::Found(books) => books,
         Lookup::NotFound => return Err(voucher_not_found()),
         Lookup::NotAFlashSale => return Err(not_a_flash_sale()),
     };
     let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
-    let relay = live::relay_state(&state.redis, &state.keys, id, shards).await?;
+    let relay = live_numbers::relay_state(&state.redis, &state.keys, id, shards).await?;
     let view = with_stats(&state, voucher).await?;
     let orders = OrderCounts {
         accepted: view.stats.orders_accepted,

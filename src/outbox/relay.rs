@@ -2,9 +2,9 @@
 //! loops it and reconnects to RabbitMQ after failures.
 mod claim;
 pub mod intent;
-pub mod late;
 mod outboxes;
 mod publish;
+pub mod read_before_repair;
 mod round;
 mod slots;
 mod unreadable;
@@ -36,7 +36,7 @@ pub struct Relay {
     /// This process's floors, raised to the sequences the relay reads.
     recovery: Arc<crate::recovery::Recovery>,
     /// Orders read before a repair of their sale whose entry is gone and whose sale
-    /// is closed: settled again a second later (see `late`).
+    /// is closed: settled again a second later (see `read_before_repair`).
     held: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
     /// When the held orders were last settled.
     held_tried: std::sync::Mutex<Option<Instant>>,
@@ -68,7 +68,7 @@ pub struct Relay {
 /// One outbox stream's key (a voucher's, or one of its shards').
 type Outbox = String;
 
-/// One order read in a round, with where it came from (see `late`).
+/// One order read in a round, with where it came from (see `read_before_repair`).
 #[derive(Clone, Debug)]
 pub struct Origin {
     /// The shard's hash tag.

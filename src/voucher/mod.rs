@@ -4,7 +4,7 @@
 //! of a sale's books, and the live numbers the admin console shows.
 pub mod audit;
 pub mod cache;
-pub mod live;
+pub mod live_numbers;
 pub mod model;
 pub mod pg_stock;
 pub mod refill;

@@ -2,7 +2,7 @@
 //! with the sale's numbers, the public view with its live stock, lists, and the
 //! live numbers of a sale for the admin console.
 use super::audit::Audit;
-use super::live::RelayState;
+use super::live_numbers::RelayState;
 use super::model::Voucher;
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -38,7 +38,7 @@ static RECORD: LazyLock<String> = LazyLock::new(|| {
 /// carries it). `None` when a sale of the batch is no longer at the generation its
 /// orders are of ([`OrderMsg::epoch`]): a repair took the next one since they were
 /// read, and may not have counted them (the relay settles them again, see
-/// [`super::late`]).
+/// [`super::read_before_repair`]).
 ///
 /// The statement holds the sales' `sale_states` rows shared while it checks their
 /// generations and inserts; a repair takes the next generation by updating the row,

@@ -1,6 +1,6 @@
 //! Publishing what a round read: each message of orders recorded first in an
 //! intent ([`super::intent`]), then published with confirms; orders of a sale
-//! repaired meanwhile settled first ([`super::late`]).
+//! repaired meanwhile settled first ([`super::read_before_repair`]).
 use super::{intent, Origin, Relay};
 use crate::broker::{publish_confirmed, ORDERS_ROUTING_KEY};
 use crate::order::model::{OrderBatch, OrderMsg};
@@ -10,7 +10,7 @@ use lapin::{BasicProperties, Channel};
 impl Relay {
     /// Publishes orders this relay read (`floors`: the highest sequence read of each
     /// shard), each recorded first in an intent (see `intent`); orders not of
-    /// their sale's generation are settled first (see `late`). Returns how many it
+    /// their sale's generation are settled first (see `read_before_repair`). Returns how many it
     /// published, or `None` when a repair kept refusing the intent: what is left
     /// stays pending in the outbox (orders without an entry are held).
     pub async fn publish_read(

@@ -70,7 +70,7 @@ impl Relay {
             return Ok(0);
         }
         // Orders not of their sale's generation (read before a repair of it): see
-        // `late`. A round may read more than `batch` orders (a read asks each
+        // `read_before_repair`. A round may read more than `batch` orders (a read asks each
         // outbox for about `batch` orders' worth of entries, by the last round's
         // orders per entry, and entries differ in size). If a later message cannot
         // be published, the round's entries stay pending and are published again,
@@ -89,7 +89,7 @@ impl Relay {
         Ok(published)
     }
 
-    /// Orders held from an earlier round (see `late`), settled again once a
+    /// Orders held from an earlier round (see `read_before_repair`), settled again once a
     /// second: until then they take no part (and hold no round up).
     fn held_due(&self) -> Vec<(OrderMsg, Origin)> {
         let mut last = self.held_tried.lock().expect("held poisoned");

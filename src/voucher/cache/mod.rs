@@ -45,14 +45,14 @@ mod entry;
 mod follow;
 pub mod missing;
 mod pauses;
+mod sold_out;
 mod store;
-mod word;
 
 pub use entry::{Entry, Observed};
 pub use follow::follow;
 pub use pauses::{watch_pauses, PAUSE_CHECK_EVERY};
+pub use sold_out::SOLD_OUT_TTL;
 pub use store::VoucherCache;
-pub use word::SOLD_OUT_TTL;
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,6 @@
 //! Unit tests of the cache's entries: the sold-out flag, its renewal and probe,
 //! generations, and what a reload keeps.
-use super::word::{flagged_at, stamp, FLAG, GEN_SHIFT, TTL_MS};
+use super::sold_out::{flagged_at, stamp, FLAG, GEN_SHIFT, TTL_MS};
 use super::*;
 use crate::voucher::model::Voucher;
 use std::sync::atomic::Ordering;

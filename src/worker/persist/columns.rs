@@ -1,6 +1,6 @@
 //! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders, or one
 //! binary `COPY` of them.
-use super::ctx::OrderKey;
+use super::batch::OrderKey;
 use crate::order::OrderMsg;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;

@@ -3,9 +3,9 @@
 //! ([`super::unlocked`]) leaves to it: a voucher whose part of the batch exceeds
 //! its stock (a redelivery near the end of a sale, or Redis out of step), or a
 //! stock that ran short meanwhile.
-use super::ctx::{Ctx, Outcome};
+use super::batch::{Ctx, Outcome};
 use super::error::PersistError;
-use super::steps::{
+use super::statements::{
     drop_stored_beyond_stock, forget_intents, lock_stock, log_incidents, store, take_stock, within_stock,
 };
 use crate::order::OrderMsg;

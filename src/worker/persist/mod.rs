@@ -21,16 +21,16 @@
 //! with more orders than a voucher's stock (a redelivery near the end of a sale,
 //! or Redis out of step), goes the [`locked`] way: vouchers locked first, each
 //! order checked against the stock.
+mod batch;
 mod columns;
-mod ctx;
+mod conflicts;
 mod error;
 mod locked;
 mod refused;
-mod skipped;
-mod steps;
+mod statements;
 mod unlocked;
 
-pub use ctx::{Ctx, Outcome};
+pub use batch::{Ctx, Outcome};
 pub use error::PersistError;
 pub use refused::store_failed;
 
@@ -59,7 +59,7 @@ pub async fn persist_relayed(ctx: &Ctx, batch: &[OrderMsg], intents: &[i64]) -> 
     // Repeats (a message delivered twice, merged into one batch) go once; two
     // orders that share only an id are both kept (see `skipped`).
     let mut seen = HashSet::with_capacity(orders.len());
-    orders.retain(|o| seen.insert(ctx::key(o)));
+    orders.retain(|o| seen.insert(batch::key(o)));
     let outcome = Outcome {
         duplicates: batch.len() - orders.len(),
         ..Default::default()

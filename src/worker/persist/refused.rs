@@ -1,7 +1,7 @@
 //! Messages the database refuses as such: their orders stored `failed`.
+use super::batch::key;
 use super::columns::Columns;
-use super::ctx::key;
-use super::steps::existing;
+use super::statements::existing;
 use crate::order::OrderMsg;
 use sqlx::PgPool;
 use std::collections::HashSet;

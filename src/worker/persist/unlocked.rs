@@ -14,9 +14,9 @@
 //! for that cancellation. Against the locked way re-persisting the same order (a
 //! redelivery) a cycle is possible; Postgres aborts one of the two with "deadlock
 //! detected", a passing error the worker retries.
-use super::ctx::{Ctx, Outcome};
+use super::batch::{Ctx, Outcome};
 use super::error::PersistError;
-use super::steps::{forget_intents, lock_stock, log_incidents, read_stock, store, take_stock};
+use super::statements::{forget_intents, lock_stock, log_incidents, read_stock, store, take_stock};
 use crate::order::OrderMsg;
 use std::collections::HashMap;
 

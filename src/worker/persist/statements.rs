@@ -1,10 +1,10 @@
 //! The steps a batch's transaction is made of, shared by both ways of persisting
 //! it ([`super::locked`] and [`super::unlocked`]): the vouchers' stock (read, or
 //! locked), storing the rows, and taking the units.
+use super::batch::{key, order_numbers, Ctx, OrderKey, Outcome, Row};
 use super::columns::Columns;
-use super::ctx::{key, order_numbers, Ctx, OrderKey, Outcome, Row};
+use super::conflicts::{self, Settled};
 use super::error::PersistError;
-use super::skipped::{self, Settled};
 use crate::order::OrderMsg;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
@@ -36,7 +36,7 @@ pub(super) async fn store(
         None => Settled::as_given(),
         Some(inserted) => {
             outcome.tolerant_inserts += 1;
-            skipped::settle(&mut *tx, &ctx.sequences, rows, inserted, cols.numbered()).await?
+            conflicts::settle(&mut *tx, &ctx.sequences, rows, inserted, cols.numbered()).await?
         }
     };
     outcome.duplicates += settled.duplicates;

@@ -3,8 +3,8 @@
 //! the one its shopper holds); a business number already taken (numbered again); or
 //! the shopper already has a live order (the unique index refused it: an incident,
 //! stored failed).
+use super::batch::{key, order_numbers, OrderKey, Row};
 use super::columns::Columns;
-use super::ctx::{key, order_numbers, OrderKey, Row};
 use super::error::PersistError;
 use crate::order::OrderMsg;
 use crate::sequence::Sequences;
