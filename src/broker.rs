@@ -12,14 +12,16 @@
 //! ```
 use crate::keys::Keys;
 use anyhow::{Context, Result};
-use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::options::BasicPublishOptions;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
 pub mod orders_queue;
+#[cfg(test)]
+mod tests;
+mod topology;
 
 /// The AMQP heartbeat asked for where `AMQP_URL` names none: a connection that
 /// hears nothing from its node for twice this long is closed and made again
@@ -206,97 +208,6 @@ impl Broker {
         Ok((conn, channel))
     }
 
-    /// Declares exchanges and queues and binds the orders queue (declared before,
-    /// see [`orders_queue`]); idempotent, so every (re)connect runs it.
-    pub async fn declare(&self, ch: &Channel) -> Result<()> {
-        let k = &self.keys;
-        // Durable: the topology survives a broker restart.
-        let durable = ExchangeDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        ch.exchange_declare(
-            k.orders_exchange().into(),
-            ExchangeKind::Direct,
-            durable,
-            FieldTable::default(),
-        )
-        .await
-        .context("declaring the orders exchange")?;
-        ch.exchange_declare(
-            k.dead_exchange().into(),
-            ExchangeKind::Fanout,
-            durable,
-            FieldTable::default(),
-        )
-        .await
-        .context("declaring the dead-letter exchange")?;
-
-        let queue_opts = QueueDeclareOptions {
-            durable: true,
-            ..Default::default()
-        };
-        ch.queue_bind(
-            k.orders_queue().into(),
-            k.orders_exchange().into(),
-            ORDERS_ROUTING_KEY.into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .context("binding the orders queue")?;
-
-        // The dead-letter queue is classic: it is read by people, not at speed.
-        ch.queue_declare(k.dead_queue().into(), queue_opts, FieldTable::default())
-            .await
-            .context("declaring the dead-letter queue")?;
-        ch.queue_bind(
-            k.dead_queue().into(),
-            k.dead_exchange().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .context("binding the dead-letter queue")?;
-
-        // Payment timeouts with RabbitMQ alone (no delayed-message plugin): a message
-        // waits in the delay queue, which nobody consumes, until its per-message TTL
-        // expires; RabbitMQ then dead-letters it to the timeout exchange. Per-message
-        // TTL (not x-message-ttl) so that changing the payment window needs no
-        // re-declaration; every message has the same TTL, so expiry stays in order.
-        // Classic: quorum queues of this RabbitMQ version do not expire messages.
-        ch.exchange_declare(
-            k.timeout_exchange().into(),
-            ExchangeKind::Fanout,
-            durable,
-            FieldTable::default(),
-        )
-        .await
-        .context("declaring the timeout exchange")?;
-        let mut delay_args = FieldTable::default();
-        delay_args.insert(
-            ShortString::from("x-dead-letter-exchange"),
-            AMQPValue::LongString(LongString::from(k.timeout_exchange())),
-        );
-        ch.queue_declare(k.delay_queue().into(), queue_opts, delay_args)
-            .await
-            .context("declaring the delay queue")?;
-        ch.queue_declare(k.timeout_queue().into(), queue_opts, FieldTable::default())
-            .await
-            .context("declaring the timeout queue")?;
-        ch.queue_bind(
-            k.timeout_queue().into(),
-            k.timeout_exchange().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .context("binding the timeout queue")?;
-        Ok(())
-    }
-
     /// Readiness: keeps one idle connection and checks it answers.
     pub async fn check(&self) -> Result<()> {
         let mut guard = self.health.lock().await;
@@ -371,27 +282,4 @@ impl Drop for CloseOnDrop {
 /// The nodes `AMQP_URL` lists.
 fn node_urls(list: &str) -> Vec<String> {
     crate::config::comma_list(list)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_list_names_each_node() {
-        assert_eq!(
-            node_urls(" amqp://a:1/%2f, amqp://b:2/%2f ,,amqp://c:3/%2f"),
-            ["amqp://a:1/%2f", "amqp://b:2/%2f", "amqp://c:3/%2f"]
-        );
-    }
-
-    #[test]
-    fn a_node_gets_the_default_heartbeat_unless_its_url_names_one() {
-        let uri = node_uri("amqp://guest:guest@127.0.0.1:5672/%2f").unwrap();
-        assert_eq!(uri.query.heartbeat, Some(DEFAULT_HEARTBEAT_SECS));
-        let uri = node_uri("amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=30").unwrap();
-        assert_eq!(uri.query.heartbeat, Some(30));
-        let err = node_uri("http://user:hunter2@x").unwrap_err();
-        assert!(!format!("{err:#}").contains("hunter2"));
-    }
 }

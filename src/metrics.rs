@@ -6,9 +6,14 @@
 //! bounds (see [`crate::http::admission`]). The outbox backlog is read from Redis
 //! by a background task ([`crate::http::health`]), never per scrape.
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    exponential_buckets, Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry, TextEncoder,
 };
+
+mod flow;
+mod reg;
+#[cfg(test)]
+mod tests;
+mod watch;
 
 pub struct Metrics {
     registry: Registry,
@@ -89,21 +94,6 @@ pub const INCIDENT_KINDS: [&str; 9] = [
     "postgres_went_back",
 ];
 
-/// The registry, and the names registered in it (vectors without children too).
-struct Reg {
-    registry: Registry,
-    names: std::sync::Mutex<Vec<String>>,
-}
-
-fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Reg, c: T) -> T {
-    let names = c.desc().into_iter().map(|d| format!("seckill_{}", d.fq_name));
-    r.names.lock().expect("names").extend(names);
-    r.registry
-        .register(Box::new(c.clone()))
-        .expect("metric names are unique");
-    c
-}
-
 impl Metrics {
     pub fn new() -> Self {
         let m = Self::registered();
@@ -119,193 +109,41 @@ impl Metrics {
         m
     }
 
+    /// Every metric registered, area by area (the order flow's, then those watched
+    /// beside it), and their names sorted; no series of a vector yet.
     fn registered() -> Self {
-        let r = Reg {
+        let r = reg::Reg {
             registry: Registry::new_custom(Some("seckill".into()), None).expect("valid prefix"),
             names: std::sync::Mutex::new(Vec::new()),
         };
         let latency = exponential_buckets(0.0001, 2.0, 16).expect("buckets");
+        let order = flow::OrderPath::registered(&r, &latency);
+        let relay = flow::Relay::registered(&r, &latency);
+        let worker = flow::Worker::registered(&r, &latency);
+        let repair = watch::Repair::registered(&r);
+        let incidents = watch::Incidents::registered(&r);
+        let serving = watch::Serving::registered(&r, latency);
         Self {
-            order_requests: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("order_requests_total", "Order requests by outcome"),
-                    &["outcome"],
-                )
-                .unwrap(),
-            ),
-            reserve_seconds: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "reserve_lua_seconds",
-                        "Latency of the order script (EVALSHA round trip)",
-                    )
-                    .buckets(latency.clone()),
-                )
-                .unwrap(),
-            ),
-            reserve_batch: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "reserve_lua_batch_orders",
-                        "Orders carried by one call of the order script (those that gathered at the shard while the previous call was in flight)",
-                    )
-                    .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
-                )
-                .unwrap(),
-            ),
-            outbox_format_written: reg(
-                &r,
-                IntGauge::new(
-                    "outbox_format_written",
-                    "The outbox entry format this process writes now: the recorded decision, at most what it reads",
-                )
-                .unwrap(),
-            ),
-            outbox_backlog: reg(
-                &r,
-                IntGauge::new(
-                    "outbox_backlog",
-                    "Entries in the outbox streams not yet relayed (at scrape)",
-                )
-                .unwrap(),
-            ),
-            relay_lag_seconds: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "relay_lag_seconds",
-                        "Time from an order's admission to its confirmed publish",
-                    )
-                    .buckets(latency.clone()),
-                )
-                .unwrap(),
-            ),
-            relay_published: reg(
-                &r,
-                IntCounter::new(
-                    "relay_published_orders_total",
-                    "Orders published to RabbitMQ and confirmed",
-                )
-                .unwrap(),
-            ),
-            relay_confirms: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("relay_confirms_total", "Publisher confirms by result"),
-                    &["result"],
-                )
-                .unwrap(),
-            ),
-            worker_batch_orders: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new("worker_batch_orders", "Orders per persisted batch")
-                        .buckets(exponential_buckets(1.0, 2.0, 15).unwrap()),
-                )
-                .unwrap(),
-            ),
-            worker_persist_seconds: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new("worker_persist_seconds", "Latency of one batch transaction")
-                        .buckets(latency.clone()),
-                )
-                .unwrap(),
-            ),
-            orders_persisted: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("orders_persisted_total", "Orders written by the worker, by result"),
-                    &["result"],
-                )
-                .unwrap(),
-            ),
-            redis_repairing: reg(
-                &r,
-                IntGauge::new(
-                    "redis_repairing",
-                    "Sales this process has closed (a shard of theirs lost or behind, a repair under way): orders get 503",
-                )
-                .unwrap(),
-            ),
-            redis_repairs: reg(
-                &r,
-                IntCounter::new(
-                    "redis_repairs_total",
-                    "Sales repairs after Redis went back in time or lost state",
-                )
-                .unwrap(),
-            ),
-            repair_closed_seconds: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "redis_repair_closed_seconds",
-                        "How long each repaired sale was closed (from its closing to selling again)",
-                    )
-                    .buckets(exponential_buckets(0.005, 2.0, 16).unwrap()),
-                )
-                .unwrap(),
-            ),
-            sale_closed_seconds: reg(
-                &r,
-                prometheus::GaugeVec::new(
-                    Opts::new(
-                        "sale_closed_seconds",
-                        "Per running sale, how long repairs have kept it closed in all (the closure under way included)",
-                    ),
-                    &["voucher"],
-                )
-                .unwrap(),
-            ),
-            worker_incidents: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "worker_incidents_total",
-                        "Incidents met while persisting, relaying or repairing orders, by kind: id_collision, \
-                         number_collision, failed, dead_lettered, late_conflict, unreadable_outbox_entry, \
-                         repair_two_orders, repair_over_stock, postgres_went_back",
-                    ),
-                    &["kind"],
-                )
-                .unwrap(),
-            ),
-            sales_unbalanced: reg(
-                &r,
-                IntGauge::new(
-                    "sales_unbalanced",
-                    "Running flash sales whose books (Redis, in flight, Postgres) did not balance in two consecutive audits",
-                )
-                .unwrap(),
-            ),
-            worker_poison: reg(
-                &r,
-                IntCounter::new(
-                    "worker_poison_messages_total",
-                    "Messages that were not order batches (dead-lettered)",
-                )
-                .unwrap(),
-            ),
-            http_seconds: reg(
-                &r,
-                HistogramVec::new(
-                    HistogramOpts::new("http_request_seconds", "HTTP latency by route").buckets(latency),
-                    &["method", "route", "status"],
-                )
-                .unwrap(),
-            ),
-            redis_memory_used_ratio: reg(
-                &r,
-                prometheus::Gauge::new(
-                    "redis_memory_used_ratio",
-                    "The fullest Redis master's used memory over its maxmemory (0 while no master has a limit)",
-                )
-                .unwrap(),
-            ),
+            order_requests: order.order_requests,
+            reserve_seconds: order.reserve_seconds,
+            reserve_batch: order.reserve_batch,
+            outbox_format_written: relay.outbox_format_written,
+            outbox_backlog: relay.outbox_backlog,
+            relay_lag_seconds: relay.relay_lag_seconds,
+            relay_published: relay.relay_published,
+            relay_confirms: relay.relay_confirms,
+            worker_batch_orders: worker.worker_batch_orders,
+            worker_persist_seconds: worker.worker_persist_seconds,
+            orders_persisted: worker.orders_persisted,
+            redis_repairing: repair.redis_repairing,
+            redis_repairs: repair.redis_repairs,
+            repair_closed_seconds: repair.repair_closed_seconds,
+            sale_closed_seconds: repair.sale_closed_seconds,
+            worker_incidents: incidents.worker_incidents,
+            sales_unbalanced: incidents.sales_unbalanced,
+            worker_poison: incidents.worker_poison,
+            http_seconds: serving.http_seconds,
+            redis_memory_used_ratio: serving.redis_memory_used_ratio,
             names: {
                 let mut names = std::mem::take(&mut *r.names.lock().expect("names"));
                 names.sort();
@@ -395,29 +233,4 @@ pub fn is_order_path(path: &str) -> bool {
     path.strip_prefix("/api/v1/vouchers/")
         .and_then(|rest| rest.strip_suffix("/orders"))
         .is_some_and(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_are_bounded_by_the_code() {
-        use actix_web::http::Method;
-        assert_eq!(method_label(&Method::POST), "POST");
-        assert_eq!(method_label(&Method::from_bytes(b"M17").unwrap()), "other");
-        assert!(is_order_path("/api/v1/vouchers/123/orders"));
-        assert!(!is_order_path("/api/v1/vouchers/12x/orders"));
-        assert!(!is_order_path("/api/v1/vouchers//orders"));
-        assert!(!is_order_path("/api/v1/vouchers/1/orders/mine"));
-    }
-
-    #[test]
-    fn rendering_shows_the_counters() {
-        let m = Metrics::new();
-        m.order("accepted");
-        assert!(m
-            .render()
-            .contains("seckill_order_requests_total{outcome=\"accepted\"} 1"));
-    }
 }

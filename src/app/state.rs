@@ -1,63 +1,20 @@
-//! What the process holds: its connections and the services built on them.
+//! What the process holds: its connections ([`clients`]) and the services built on
+//! them, each made (and where it can, warmed) once at start.
 use super::mode::{Mode, Options};
-use crate::broker::Broker;
 use crate::config::Settings;
 use crate::http::state::AppState;
-use crate::keys::Keys;
 use crate::order::id_worker::IdWorker;
-use crate::redis_conn::Redis;
 use crate::sequence::Sequences;
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use clients::{clients, Clients};
 use sqlx::PgPool;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// A pool that connects lazily, so that the process starts while Postgres is down.
-pub fn pg_pool(settings: &Settings) -> Result<PgPool> {
-    let opts =
-        pg_options(settings.database_url.expose(), settings).context("DATABASE_URL is not a valid Postgres URL")?;
-    Ok(PgPoolOptions::new()
-        .max_connections(settings.db_max_connections)
-        .acquire_timeout(settings.dependency_timeout)
-        .connect_lazy_with(opts))
-}
-
-/// The connect options of one Postgres server, as every pool of the process uses them.
-fn pg_options(url: &str, settings: &Settings) -> Result<PgConnectOptions> {
-    let opts = PgConnectOptions::from_str(url)?;
-    // No statement may outlive the dependency deadline by much: a query stuck on a
-    // lock or a sick server fails instead of holding its connection forever.
-    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
-    Ok(opts.options([("statement_timeout", deadline_ms.to_string())]))
-}
-
-/// With standbys listed (`SECKILL_DATABASE_STANDBY_URLS`), points `pools` at
-/// the listed server that is the primary now, then starts the task that follows
-/// it (see [`super::pg_follow`]).
-async fn follow_promotions(settings: &Settings, pools: Vec<PgPool>, stop: &CancellationToken) -> Result<()> {
-    let standbys = crate::config::comma_list(settings.database_standby_urls.expose());
-    if standbys.is_empty() {
-        return Ok(());
-    }
-    let mut servers = vec![pg_options(settings.database_url.expose(), settings)?];
-    for url in &standbys {
-        // Checked when the settings were read.
-        servers.push(pg_options(url, settings)?);
-    }
-    let at = super::pg_follow::start(&servers, &pools, settings.dependency_timeout).await;
-    tokio::spawn(super::pg_follow::follow(
-        servers,
-        pools,
-        settings.dependency_timeout,
-        at,
-        stop.clone(),
-    ));
-    Ok(())
-}
+mod clients;
+pub use clients::pg_pool;
 
 /// Applies pending migrations and makes the default `order` sequence rule exist.
 pub async fn migrate(pg: &PgPool, sequences: &Sequences, settings: &Settings) -> Result<()> {
@@ -78,43 +35,101 @@ pub struct Connected {
 /// down), migrates if asked, loads the voucher cache, checks the Redis server once,
 /// and builds the services every handler and task shares.
 pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &CancellationToken) -> Result<Connected> {
-    let keys = Keys::new(&settings.namespace);
-    let pg = pg_pool(&settings)?;
-    let background_pg = pg_pool(&settings)?;
-    follow_promotions(&settings, vec![pg.clone(), background_pg.clone()], stop).await?;
-    let redis = Redis::new(
-        settings.redis_url.expose(),
-        settings.redis_cluster,
-        settings.dependency_timeout,
-    )
-    .context("REDIS_URL is not a valid Redis URL")?;
-    let broker = Arc::new(Broker::new(
-        settings.amqp_url.expose(),
-        keys.clone(),
-        settings.dependency_timeout,
-        settings.delivery_limit,
-    ));
-    let metrics = Arc::new(crate::metrics::Metrics::new());
-    metrics.set_render_every(settings.metrics_render_every);
-    // Every counter range checked against Postgres going back in time.
-    let witness = Arc::new(crate::sequence::witness::Witness::new(
-        redis.clone(),
-        keys.clone(),
-        Some(metrics.clone()),
-    ));
-    let background_sequences = Sequences::new(background_pg.clone(), opts.clock.clone()).witnessed(witness.clone());
-    let sequences = Sequences::new(pg.clone(), opts.clock.clone()).witnessed(witness.clone());
+    let c = clients(&settings, stop).await?;
+    let background_sequences = Sequences::new(c.background_pg.clone(), opts.clock.clone()).witnessed(c.witness.clone());
+    let sequences = Sequences::new(c.pg.clone(), opts.clock.clone()).witnessed(c.witness.clone());
+    migrate_or_check(&settings, mode, &c.background_pg, &background_sequences).await?;
+    let cache = loaded_cache(&settings, &c.background_pg).await;
+    let admission = Arc::new(crate::http::admission::Admission::new(&settings));
+    let admit = Arc::new(crate::admit::Desk::new(&crate::admit::signing::root_of(&settings)));
+    let jwt = jwt_keys(&settings).await;
+    let instance = uuid::Uuid::new_v4().simple().to_string();
+    // Its release subscription is one of the owned background tasks.
+    let locks = crate::lock::LockService::new(
+        c.redis.clone(),
+        c.keys.clone(),
+        &instance,
+        settings.lock_lease,
+        stop.clone(),
+    );
+    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+    let formats = announced_formats(&settings, mode, &c, &instance).await?;
+    let recovery = refreshed_recovery(&c, &cache, formats).await;
+    let lifecycle = crate::order::lifecycle::Lifecycle {
+        pg: c.pg.clone(),
+        redis: c.redis.clone(),
+        keys: c.keys.clone(),
+        recovery: recovery.clone(),
+    };
+    let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
+    let ids = order_ids(&settings, mode, &c, opts).await;
+    let orders = order_desk(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
+    let lookup = crate::order::status::Lookup {
+        pg: c.pg.clone(),
+        redis: c.redis.clone(),
+        keys: c.keys.clone(),
+        cache: cache.clone(),
+        recovery: recovery.clone(),
+    };
+    let state = Arc::new(AppState {
+        orders,
+        lookup,
+        ids,
+        settings,
+        pg: c.pg,
+        background_pg: c.background_pg.clone(),
+        redis: c.redis,
+        keys: c.keys,
+        cache,
+        clock: opts.clock.clone(),
+        broker: c.broker,
+        sequences,
+        instance,
+        admission,
+        admit,
+        locks,
+        user_serializer,
+        lifecycle,
+        metrics: c.metrics.clone(),
+        recovery,
+        clock_skew,
+        readiness: Default::default(),
+        jwt,
+        public_stock: Default::default(),
+    });
+    Ok(Connected {
+        state,
+        background_sequences,
+    })
+}
+
+/// Migrates if asked (an HTTP process with `migrate_on_start`); otherwise only
+/// checks the default order rule, a failure logged.
+async fn migrate_or_check(
+    settings: &Settings,
+    mode: Mode,
+    background_pg: &PgPool,
+    background_sequences: &Sequences,
+) -> Result<()> {
     if settings.migrate_on_start && mode.serves_http() {
-        migrate(&background_pg, &background_sequences, &settings).await?;
+        migrate(background_pg, background_sequences, settings).await?;
     } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
         tracing::warn!(error = %format!("{e:#}"), "could not check the default order rule");
     }
+    Ok(())
+}
+
+/// The voucher cache, loaded once now if Postgres answers.
+async fn loaded_cache(settings: &Settings, background_pg: &PgPool) -> Arc<VoucherCache> {
     let cache = Arc::new(VoucherCache::new(settings.missing_voucher_ttl));
-    if let Err(e) = cache.reload(&background_pg, true).await {
+    if let Err(e) = cache.reload(background_pg, true).await {
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
-    let admission = Arc::new(crate::http::admission::Admission::new(&settings));
-    let admit = Arc::new(crate::admit::Desk::new(&crate::admit::signing::root_of(&settings)));
+    cache
+}
+
+/// The keys tokens are checked with, an identity provider's fetched once now.
+async fn jwt_keys(settings: &Settings) -> Arc<crate::http::auth::JwtKeys> {
     // Shopper tokens of an identity provider: its keys fetched before the first
     // request where they can be (a provider that does not answer yet is retried
     // in the background, and its tokens answered 503 meanwhile).
@@ -127,23 +142,23 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
             tracing::warn!(error = %format!("{e:#}"), "SECKILL_JWKS not read yet; retrying in the background");
         }
     }
-    let jwt = Arc::new(crate::http::auth::JwtKeys::configured(&settings, jwks));
-    let instance = uuid::Uuid::new_v4().simple().to_string();
-    // Its release subscription is one of the owned background tasks.
-    let locks = crate::lock::LockService::new(
-        redis.clone(),
-        keys.clone(),
-        &instance,
-        settings.lock_lease,
-        stop.clone(),
-    );
-    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+    Arc::new(crate::http::auth::JwtKeys::configured(settings, jwks))
+}
+
+/// The outbox formats of this process, announced now if Postgres answers in time;
+/// an error if writers are already past what this process reads.
+async fn announced_formats(
+    settings: &Settings,
+    mode: Mode,
+    c: &Clients,
+    instance: &str,
+) -> Result<Arc<crate::outbox::format::Formats>> {
     let formats = Arc::new(crate::outbox::format::Formats::new(
-        background_pg.clone(),
-        instance.clone(),
+        c.background_pg.clone(),
+        instance.to_owned(),
         mode.name(),
         settings.outbox_format,
-        metrics.outbox_format_written.clone(),
+        c.metrics.outbox_format_written.clone(),
     ));
     // Before its relay reads an entry: announce the formats this process reads
     // (refused, and the process stops, if writers are past them).
@@ -157,12 +172,22 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
             "outbox formats not announced yet (Postgres slow); relaying waits, retrying in the background"
         ),
     }
+    Ok(formats)
+}
+
+/// The recovery every writer respects, its floors and closed sales read once now
+/// if Postgres answers in time.
+async fn refreshed_recovery(
+    c: &Clients,
+    cache: &Arc<VoucherCache>,
+    formats: Arc<crate::outbox::format::Formats>,
+) -> Arc<crate::recovery::Recovery> {
     let recovery = Arc::new(crate::recovery::Recovery::new(
-        redis.clone(),
-        background_pg.clone(),
-        keys.clone(),
+        c.redis.clone(),
+        c.background_pg.clone(),
+        c.keys.clone(),
         cache.clone(),
-        metrics.clone(),
+        c.metrics.clone(),
         formats,
     ));
     // Before the first order: the floors Postgres recorded (a process that starts
@@ -175,85 +200,69 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         }
         Err(_) => tracing::warn!("the shards' floors not read yet (Postgres slow); retrying in the background"),
     }
-    let lifecycle = crate::order::lifecycle::Lifecycle {
-        pg: pg.clone(),
-        redis: redis.clone(),
-        keys: keys.clone(),
-        recovery: recovery.clone(),
-    };
+    recovery
+}
+
+/// The clock-skew guard, its offset from Postgres measured once now if it answers.
+async fn measured_clock_skew(
+    settings: &Settings,
+    background_pg: &PgPool,
+    opts: &Options,
+) -> Arc<crate::clock_skew::ClockSkew> {
     let clock_skew = Arc::new(crate::clock_skew::ClockSkew::new(settings.max_clock_skew));
-    if let Err(e) = clock_skew.check(&background_pg, &opts.clock).await {
+    if let Err(e) = clock_skew.check(background_pg, &opts.clock).await {
         tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
     }
+    clock_skew
+}
+
+/// The order id source, with a first block reserved now in an HTTP process.
+async fn order_ids(settings: &Settings, mode: Mode, c: &Clients, opts: &Options) -> Arc<IdWorker> {
     let ids = IdWorker::witnessed(
-        background_pg.clone(),
+        c.background_pg.clone(),
         opts.clock.clone(),
         settings.id_block,
-        Some(witness.clone()),
+        Some(c.witness.clone()),
     );
     if mode.serves_http() {
         if let Err(e) = ids.warm_up().await {
             tracing::warn!(error = %format!("{e:#}"), "no order id block yet; the first order fetches one");
         }
     }
+    ids
+}
+
+/// The order path's services: the order script's caller and what it reads.
+fn order_desk(
+    settings: &Settings,
+    c: &Clients,
+    cache: &Arc<VoucherCache>,
+    ids: &Arc<IdWorker>,
+    recovery: &Arc<crate::recovery::Recovery>,
+    clock_skew: &Arc<crate::clock_skew::ClockSkew>,
+    opts: &Options,
+) -> crate::order::place::OrderDesk {
     let replication = crate::order::replication::Replication::new(
-        &redis,
+        &c.redis,
         settings.redis_wait_replicas,
         settings.redis_wait_timeout,
         settings.dependency_timeout,
     );
-    let orders = crate::order::place::OrderDesk {
+    crate::order::place::OrderDesk {
         cache: cache.clone(),
         ids: ids.clone(),
-        redis: redis.clone(),
+        redis: c.redis.clone(),
         reserver: Arc::new(crate::order::reserve::Reserver::new(
-            keys.clone(),
+            c.keys.clone(),
             replication.clone(),
-            metrics.clone(),
+            c.metrics.clone(),
             recovery.clone(),
         )),
         replication,
-        keys: keys.clone(),
+        keys: c.keys.clone(),
         clock: opts.clock.clone(),
         clock_skew: clock_skew.clone(),
-        metrics: metrics.clone(),
+        metrics: c.metrics.clone(),
         movers: Default::default(),
-    };
-    let lookup = crate::order::status::Lookup {
-        pg: pg.clone(),
-        redis: redis.clone(),
-        keys: keys.clone(),
-        cache: cache.clone(),
-        recovery: recovery.clone(),
-    };
-    let state = Arc::new(AppState {
-        orders,
-        lookup,
-        ids,
-        settings,
-        pg,
-        background_pg: background_pg.clone(),
-        redis,
-        keys,
-        cache,
-        clock: opts.clock.clone(),
-        broker,
-        sequences,
-        instance,
-        admission,
-        admit,
-        locks,
-        user_serializer,
-        lifecycle,
-        metrics: metrics.clone(),
-        recovery,
-        clock_skew,
-        readiness: Default::default(),
-        jwt,
-        public_stock: Default::default(),
-    });
-    Ok(Connected {
-        state,
-        background_sequences,
-    })
+    }
 }

@@ -1,69 +1,18 @@
 //! The background tasks: every one owned by one `JoinSet`, named, reported if it
-//! ends before the process stops, and stopped together within one deadline.
+//! ends before the process stops, and stopped together within one deadline
+//! ([`Tasks`]); which tasks a mode starts, in which order ([`spawn_all`]).
 use super::mode::{Mode, Options};
 use crate::http::state::AppState;
 use crate::outbox::relay::Relay;
 use crate::sequence::Sequences;
 use crate::voucher::cache;
 use crate::worker::Worker;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Default)]
-pub struct Tasks {
-    set: JoinSet<&'static str>,
-}
-
-impl Tasks {
-    pub fn spawn(&mut self, name: &'static str, task: impl Future<Output = ()> + Send + 'static) {
-        self.set.spawn(async move {
-            task.await;
-            name
-        });
-    }
-
-    /// The first task to end: before the process stops, none should (each runs
-    /// until its stop token), so this is a failure to report. Pending forever if
-    /// there are no tasks.
-    pub async fn first_ended(&mut self) -> String {
-        match self.set.join_next().await {
-            Some(Ok(name)) => format!("background task '{name}' ended"),
-            Some(Err(e)) if e.is_panic() => format!("a background task panicked: {e}"),
-            Some(Err(e)) => format!("a background task was cancelled: {e}"),
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Waits for the tasks (already told to stop) until `deadline`, then aborts the
-    /// rest.
-    pub async fn stop(mut self, deadline: Duration) {
-        let until = tokio::time::Instant::now() + deadline;
-        loop {
-            match tokio::time::timeout_at(until, self.set.join_next()).await {
-                Ok(None) => return,
-                Ok(Some(Err(e))) if e.is_panic() => tracing::error!(error = %e, "a background task panicked"),
-                Ok(Some(_)) => {}
-                Err(_) => {
-                    tracing::warn!(
-                        left = self.set.len(),
-                        "background tasks still running at the shutdown deadline; aborting them"
-                    );
-                    self.set.shutdown().await;
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Stops every task at once (crash tests).
-    pub fn abort(mut self) {
-        self.set.abort_all();
-        self.set.detach_all();
-    }
-}
+mod set;
+pub use set::Tasks;
 
 /// Starts the background tasks of `mode`.
 pub fn spawn_all(
@@ -74,6 +23,22 @@ pub fn spawn_all(
     background_sequences: Sequences,
     stop: &CancellationToken,
 ) {
+    spawn_followers(tasks, state, mode, stop);
+    spawn_admission(tasks, state, mode, stop);
+    if mode.relays() && opts.relay {
+        spawn_relay(tasks, state, stop);
+    }
+    let worker = (mode.works() && opts.worker).then(|| worker(state, &background_sequences));
+    spawn_every_process(tasks, state, stop);
+    if mode.serves_http() {
+        spawn_watches(tasks, state, stop);
+    }
+    spawn_worker(tasks, state, worker, stop);
+}
+
+/// The tasks that keep this process's copies current (lock releases, the voucher
+/// cache, the identity provider's keys, pauses) and sweep idempotency keys.
+fn spawn_followers(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &CancellationToken) {
     tasks.spawn("lock releases", state.locks.follow_releases(stop.clone()));
     tasks.spawn(
         "voucher cache",
@@ -102,6 +67,11 @@ pub fn spawn_all(
             crate::http::idempotency::sweep(state.background_pg.clone(), stop.clone()),
         );
     }
+}
+
+/// The tasks of fair admission: queue frontiers and raffle draws (HTTP modes), and
+/// the admission sweeper (every mode).
+fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &CancellationToken) {
     if mode.serves_http() {
         // Every running queue moves at its rate whether or not anyone polls this
         // instance (the advance counts from the last move, whoever made it).
@@ -157,35 +127,43 @@ pub fn spawn_all(
             }
         });
     }
-    if mode.relays() && opts.relay {
-        let relay = Relay::new(
-            crate::outbox::relay::Ends {
-                redis: state.redis.clone(),
-                broker: state.broker.clone(),
-                pg: state.background_pg.clone(),
-                recovery: state.recovery.clone(),
-            },
-            state.keys.clone(),
-            state.cache.clone(),
-            format!("relay-{}", state.instance),
-            &state.settings,
-            state.metrics.clone(),
-        );
-        let stop = stop.clone();
-        tasks.spawn("relay", async move { relay.run(stop).await });
-    }
-    let worker = (mode.works() && opts.worker).then(|| {
-        Arc::new(Worker::new(
-            crate::worker::persist::Ctx {
-                pg: state.background_pg.clone(),
-                sequences: background_sequences.clone(),
-                keys: state.keys.clone(),
-            },
-            state.broker.clone(),
-            &state.settings,
-            state.metrics.clone(),
-        ))
-    });
+}
+
+/// The relay from the outboxes to RabbitMQ, built now and run as a task.
+fn spawn_relay(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToken) {
+    let relay = Relay::new(
+        crate::outbox::relay::Ends {
+            redis: state.redis.clone(),
+            broker: state.broker.clone(),
+            pg: state.background_pg.clone(),
+            recovery: state.recovery.clone(),
+        },
+        state.keys.clone(),
+        state.cache.clone(),
+        format!("relay-{}", state.instance),
+        &state.settings,
+        state.metrics.clone(),
+    );
+    let stop = stop.clone();
+    tasks.spawn("relay", async move { relay.run(stop).await });
+}
+
+/// The worker of this process, built (not started yet).
+fn worker(state: &Arc<AppState>, background_sequences: &Sequences) -> Arc<Worker> {
+    Arc::new(Worker::new(
+        crate::worker::persist::Ctx {
+            pg: state.background_pg.clone(),
+            sequences: background_sequences.clone(),
+            keys: state.keys.clone(),
+        },
+        state.broker.clone(),
+        &state.settings,
+        state.metrics.clone(),
+    ))
+}
+
+/// The tasks every process runs: outbox formats, clock skew, Redis recovery.
+fn spawn_every_process(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToken) {
     {
         // Announces the outbox formats this process reads, and raises the one
         // writers write once every announced process reads it.
@@ -206,37 +184,45 @@ pub fn spawn_all(
         let stop = stop.clone();
         tasks.spawn("redis recovery", async move { recovery.run(stop).await });
     }
-    if mode.serves_http() {
-        // Readiness and the outbox gauge, once a second (GET /health/ready and
-        // GET /metrics serve them from memory).
-        tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
-        // Keeps seckill_sales_unbalanced (served at /metrics) current.
-        let watch = crate::voucher::audit::Watch {
-            pg: state.background_pg.clone(),
-            redis: state.redis.clone(),
-            keys: state.keys.clone(),
-            cache: state.cache.clone(),
-            clock: state.clock.clone(),
-            metrics: state.metrics.clone(),
-            every: state.settings.audit_interval,
-            recovery: state.recovery.clone(),
-        };
-        tasks.spawn("audit", watch.run(stop.clone()));
-        // Completes the moves between a sharded sale's shards that a process left
-        // in transit (see voucher::refill).
-        if let Some(every) = state.settings.shard_recovery_interval {
-            tasks.spawn(
-                "shard moves",
-                crate::voucher::refill::run_recovery(
-                    state.redis.clone(),
-                    state.keys.clone(),
-                    state.recovery.clone(),
-                    every,
-                    stop.clone(),
-                ),
-            );
-        }
+}
+
+/// The watches of an HTTP process: readiness (and the outbox gauge), the audit of
+/// the books, and the shard moves left in transit.
+fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToken) {
+    // Readiness and the outbox gauge, once a second (GET /health/ready and
+    // GET /metrics serve them from memory).
+    tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
+    // Keeps seckill_sales_unbalanced (served at /metrics) current.
+    let watch = crate::voucher::audit::Watch {
+        pg: state.background_pg.clone(),
+        redis: state.redis.clone(),
+        keys: state.keys.clone(),
+        cache: state.cache.clone(),
+        clock: state.clock.clone(),
+        metrics: state.metrics.clone(),
+        every: state.settings.audit_interval,
+        recovery: state.recovery.clone(),
+    };
+    tasks.spawn("audit", watch.run(stop.clone()));
+    // Completes the moves between a sharded sale's shards that a process left
+    // in transit (see voucher::refill).
+    if let Some(every) = state.settings.shard_recovery_interval {
+        tasks.spawn(
+            "shard moves",
+            crate::voucher::refill::run_recovery(
+                state.redis.clone(),
+                state.keys.clone(),
+                state.recovery.clone(),
+                every,
+                stop.clone(),
+            ),
+        );
     }
+}
+
+/// The worker's tasks, if this process has a worker: the worker, its heartbeat,
+/// payment timeouts and order recovery.
+fn spawn_worker(tasks: &mut Tasks, state: &Arc<AppState>, worker: Option<Arc<Worker>>, stop: &CancellationToken) {
     if let Some(w) = &worker {
         let (w, worker_stop) = (w.clone(), stop.clone());
         tasks.spawn("worker", async move { w.run(worker_stop).await });

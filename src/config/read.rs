@@ -21,31 +21,11 @@ impl Settings {
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let (jwt_secret, jwt_secret_is_dev) = match var("SECKILL_JWT_SECRET") {
-            // HS256's key is as strong as its length: 32 bytes, the hash's size.
-            Some(s) if s.len() < MIN_JWT_SECRET_BYTES => bail!(
-                "SECKILL_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes, got {} (e.g. openssl rand -hex 32)",
-                s.len()
-            ),
-            // The development secret set by hand is still the published one.
-            Some(s) => {
-                let dev = s == DEV_JWT_SECRET;
-                (Secret::new(s), dev)
-            }
-            None => (Secret::new(DEV_JWT_SECRET), true),
-        };
+        let (jwt_secret, jwt_secret_is_dev) = jwt_secret(&var)?;
         let namespace = var("SECKILL_NAMESPACE").unwrap_or_else(|| "seckill".into());
         validate_namespace(&namespace)?;
-        let tz_name = var("SECKILL_TIME_ZONE").unwrap_or_else(|| "Asia/Shanghai".into());
-        let time_zone: Tz = tz_name
-            .parse()
-            .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
-        let standbys = var("SECKILL_DATABASE_STANDBY_URLS").unwrap_or_default();
-        for (i, url) in comma_list(&standbys).iter().enumerate() {
-            if url.parse::<sqlx::postgres::PgConnectOptions>().is_err() {
-                bail!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1);
-            }
-        }
+        let time_zone = time_zone(&var)?;
+        let standbys = standby_urls(&var)?;
         let amqp_url = var("AMQP_URL").unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
         check_amqp_urls(&amqp_url)?;
         let s = Settings {
@@ -57,7 +37,7 @@ impl Settings {
             redis_url: Secret::new(var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into())),
             redis_cluster: flag(&var, "SECKILL_REDIS_CLUSTER", false)?,
             redis_wait_replicas: num(&var, "SECKILL_REDIS_WAIT_REPLICAS", 0, 0, 16)? as u32,
-            redis_wait_timeout: Duration::from_millis(num(&var, "SECKILL_REDIS_WAIT_TIMEOUT_MS", 200, 1, 60_000)?),
+            redis_wait_timeout: millis(&var, "SECKILL_REDIS_WAIT_TIMEOUT_MS", 200, 1, 60_000)?,
             amqp_url: Secret::new(amqp_url),
             namespace,
             jwt_secret,
@@ -86,62 +66,90 @@ impl Settings {
             migrate_on_start: flag(&var, "SECKILL_MIGRATE_ON_START", true)?,
             db_max_connections: num(&var, "SECKILL_DB_MAX_CONNECTIONS", 16, 1, 1000)? as u32,
             body_limit: num(&var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
-            dependency_timeout: Duration::from_millis(num(&var, "SECKILL_DEPENDENCY_TIMEOUT_MS", 2000, 10, 600_000)?),
+            dependency_timeout: millis(&var, "SECKILL_DEPENDENCY_TIMEOUT_MS", 2000, 10, 600_000)?,
             relay_batch: num(&var, "SECKILL_RELAY_BATCH", 5000, 1, 10_000)? as usize,
-            relay_linger: Duration::from_millis(num(&var, "SECKILL_RELAY_LINGER_MS", 100, 0, 1000)?),
-            relay_claim_idle: Duration::from_millis(num(&var, "SECKILL_RELAY_CLAIM_IDLE_MS", 10_000, 100, 86_400_000)?),
+            relay_linger: millis(&var, "SECKILL_RELAY_LINGER_MS", 100, 0, 1000)?,
+            relay_claim_idle: millis(&var, "SECKILL_RELAY_CLAIM_IDLE_MS", 10_000, 100, 86_400_000)?,
             worker_prefetch: num(&var, "SECKILL_WORKER_PREFETCH", 64, 1, 10_000)? as u16,
             worker_batch: num(&var, "SECKILL_WORKER_BATCH", 10_000, 1, 100_000)? as usize,
             delivery_limit: num(&var, "SECKILL_DELIVERY_LIMIT", 5, 1, 1000)? as u32,
             id_block: num(&var, "SECKILL_ID_BLOCK", 10_000, 1, 1_000_000)? as u32,
-            outbox_format: num(
-                &var,
-                "SECKILL_OUTBOX_FORMAT",
-                super::NEWEST_OUTBOX_FORMAT as u64,
-                1,
-                super::NEWEST_OUTBOX_FORMAT as u64,
-            )? as u32,
-            worker_hold_limit: Duration::from_millis(num(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?),
-            lock_lease: Duration::from_millis(num(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?),
-            user_lock_wait: Duration::from_millis(num(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?),
-            audit_interval: Duration::from_millis(num(&var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?),
-            shard_recovery_interval: match num(&var, "SECKILL_SHARD_RECOVERY_MS", 1000, 0, 3_600_000)? {
-                0 => None,
-                ms => Some(Duration::from_millis(ms)),
-            },
-            max_clock_skew: match num(&var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)? {
-                0 => None,
-                ms => Some(Duration::from_millis(ms)),
-            },
-            missing_voucher_ttl: Duration::from_millis(num(
-                &var,
-                "SECKILL_MISSING_VOUCHER_TTL_MS",
-                1000,
-                0,
-                3_600_000,
-            )?),
-            metrics_render_every: Duration::from_millis(num(&var, "SECKILL_METRICS_RENDER_MS", 1000, 0, 60_000)?),
+            outbox_format: outbox_format(&var)?,
+            worker_hold_limit: millis(&var, "SECKILL_WORKER_HOLD_MS", 3000, 100, 600_000)?,
+            lock_lease: millis(&var, "SECKILL_LOCK_LEASE_MS", 30_000, 300, 3_600_000)?,
+            user_lock_wait: millis(&var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?,
+            audit_interval: millis(&var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?,
+            shard_recovery_interval: optional_millis(&var, "SECKILL_SHARD_RECOVERY_MS", 1000, 0, 3_600_000)?,
+            max_clock_skew: optional_millis(&var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)?,
+            missing_voucher_ttl: millis(&var, "SECKILL_MISSING_VOUCHER_TTL_MS", 1000, 0, 3_600_000)?,
+            metrics_render_every: millis(&var, "SECKILL_METRICS_RENDER_MS", 1000, 0, 60_000)?,
             http_workers: num(&var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,
             runtime_threads: num(&var, "SECKILL_RUNTIME_THREADS", 0, 0, 1024)? as usize,
         };
-        if let Some(url) = s.jwks.as_deref().and_then(|j| j.strip_prefix("http://")) {
-            let host = url.split(['/', '?']).next().unwrap_or_default();
-            let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
-            if !["127.0.0.1", "localhost", "[::1]"].contains(&host) {
-                bail!(
-                    "SECKILL_JWKS: an identity provider's keys over plain http:// could be replaced on the way; \
-                     use https:// (http:// is taken on a loopback address only)"
-                );
-            }
-        }
-        if s.jwks.is_some() && (s.jwt_issuer.is_none() || s.jwt_audience.is_none()) {
-            bail!(
-                "SECKILL_JWKS needs SECKILL_JWT_ISSUER and SECKILL_JWT_AUDIENCE: an identity provider's \
-                 tokens are taken only for this service's issuer and audience"
-            );
-        }
+        check_jwks(&s)?;
         Ok(s)
     }
+}
+
+/// `SECKILL_JWT_SECRET`, and whether it is the development secret (unset, or set
+/// to it by hand).
+fn jwt_secret(var: &impl Fn(&str) -> Option<String>) -> Result<(Secret, bool)> {
+    Ok(match var("SECKILL_JWT_SECRET") {
+        // HS256's key is as strong as its length: 32 bytes, the hash's size.
+        Some(s) if s.len() < MIN_JWT_SECRET_BYTES => bail!(
+            "SECKILL_JWT_SECRET must be at least {MIN_JWT_SECRET_BYTES} bytes, got {} (e.g. openssl rand -hex 32)",
+            s.len()
+        ),
+        // The development secret set by hand is still the published one.
+        Some(s) => {
+            let dev = s == DEV_JWT_SECRET;
+            (Secret::new(s), dev)
+        }
+        None => (Secret::new(DEV_JWT_SECRET), true),
+    })
+}
+
+/// `SECKILL_TIME_ZONE`: an IANA zone.
+fn time_zone(var: &impl Fn(&str) -> Option<String>) -> Result<Tz> {
+    let tz_name = var("SECKILL_TIME_ZONE").unwrap_or_else(|| "Asia/Shanghai".into());
+    let time_zone: Tz = tz_name
+        .parse()
+        .map_err(|_| anyhow::anyhow!("SECKILL_TIME_ZONE: unknown IANA zone {tz_name:?}"))?;
+    Ok(time_zone)
+}
+
+/// `SECKILL_DATABASE_STANDBY_URLS` as given, each listed URL checked to be a
+/// Postgres URL.
+fn standby_urls(var: &impl Fn(&str) -> Option<String>) -> Result<String> {
+    let standbys = var("SECKILL_DATABASE_STANDBY_URLS").unwrap_or_default();
+    for (i, url) in comma_list(&standbys).iter().enumerate() {
+        if url.parse::<sqlx::postgres::PgConnectOptions>().is_err() {
+            bail!("SECKILL_DATABASE_STANDBY_URLS: standby {} is not a Postgres URL", i + 1);
+        }
+    }
+    Ok(standbys)
+}
+
+/// Checks `SECKILL_JWKS` against the rest: over plain http:// on a loopback address
+/// only, and with the issuer and audience its tokens must name.
+fn check_jwks(s: &Settings) -> Result<()> {
+    if let Some(url) = s.jwks.as_deref().and_then(|j| j.strip_prefix("http://")) {
+        let host = url.split(['/', '?']).next().unwrap_or_default();
+        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        if !["127.0.0.1", "localhost", "[::1]"].contains(&host) {
+            bail!(
+                "SECKILL_JWKS: an identity provider's keys over plain http:// could be replaced on the way; \
+                 use https:// (http:// is taken on a loopback address only)"
+            );
+        }
+    }
+    if s.jwks.is_some() && (s.jwt_issuer.is_none() || s.jwt_audience.is_none()) {
+        bail!(
+            "SECKILL_JWKS needs SECKILL_JWT_ISSUER and SECKILL_JWT_AUDIENCE: an identity provider's \
+             tokens are taken only for this service's issuer and audience"
+        );
+    }
+    Ok(())
 }
 
 /// A secret of its own for one purpose (`key`), as long as HS256's key must be.
@@ -183,6 +191,37 @@ fn num(var: &impl Fn(&str) -> Option<String>, key: &str, default: u64, min: u64,
         bail!("{key} must be between {min} and {max}, got {v}");
     }
     Ok(v)
+}
+
+/// A duration in milliseconds, read as [`num`] reads it.
+fn millis(var: &impl Fn(&str) -> Option<String>, key: &str, default: u64, min: u64, max: u64) -> Result<Duration> {
+    Ok(Duration::from_millis(num(var, key, default, min, max)?))
+}
+
+/// A duration in milliseconds that 0 turns off (`None`), read as [`num`] reads it.
+fn optional_millis(
+    var: &impl Fn(&str) -> Option<String>,
+    key: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<Option<Duration>> {
+    Ok(match num(var, key, default, min, max)? {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    })
+}
+
+/// `SECKILL_OUTBOX_FORMAT`: the outbox format to write, at most the newest this
+/// build knows.
+fn outbox_format(var: &impl Fn(&str) -> Option<String>) -> Result<u32> {
+    Ok(num(
+        var,
+        "SECKILL_OUTBOX_FORMAT",
+        super::NEWEST_OUTBOX_FORMAT as u64,
+        1,
+        super::NEWEST_OUTBOX_FORMAT as u64,
+    )? as u32)
 }
 
 fn flag(var: &impl Fn(&str) -> Option<String>, key: &str, default: bool) -> Result<bool> {

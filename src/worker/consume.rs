@@ -1,18 +1,19 @@
 //! Consuming: the connection to RabbitMQ, the loop that gathers whatever has
 //! arrived into one batch, and settling each delivery after its transaction.
-use super::attempt::Persisted;
 use super::heartbeat::Held;
 use super::setup::Worker;
-use super::timeout;
-use crate::broker::answered;
 use crate::order::model::OrderBatch;
 use anyhow::{Context, Result};
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::Channel;
+use lapin::{Channel, Consumer};
+use std::future::Future;
 use tokio_util::sync::CancellationToken;
+
+mod settle;
 
 /// A delivery received and parsed: its order batch, or `None` if it is not one.
 pub(super) struct Received(Delivery, Option<OrderBatch>);
@@ -45,31 +46,45 @@ impl Worker {
             .confirm_select(Default::default())
             .await
             .context("enabling confirms on the timeout channel")?;
-        let mut consumer = channel
-            .basic_consume(
-                self.broker.keys().orders_queue().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .context("starting to consume orders")?;
+        let mut consumer = consume(
+            &channel,
+            self.broker.keys().orders_queue(),
+            "starting to consume orders",
+        )
+        .await?;
         let dead_channel = conn.create_channel().await.context("opening the dead-letter channel")?;
         let _closes_dead = crate::broker::CloseOnDrop::new(&dead_channel);
         dead_channel
             .basic_qos(1, BasicQosOptions::default())
             .await
             .context("setting the dead-letter prefetch")?;
-        let mut dead = dead_channel
-            .basic_consume(
-                self.broker.keys().dead_queue().into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .context("starting to consume dead letters")?;
+        let mut dead = consume(
+            &dead_channel,
+            self.broker.keys().dead_queue(),
+            "starting to consume dead letters",
+        )
+        .await?;
         tracing::info!("worker consuming");
+        let failure = self.batches(&timeouts, &mut consumer, &mut dead, stop).await;
+        if let Some(e) = failure {
+            self.broker.close_conn(&conn, "worker failed").await;
+            return Err(e);
+        }
+        // Unacknowledged deliveries return to the queue when the channel closes.
+        self.broker.close_conn(&conn, "worker stopping").await;
+        Ok(())
+    }
+
+    /// Gathers what has arrived into batches and runs them, a dead letter in
+    /// between when one comes, until `stop` or a failure; returns the failure once
+    /// the batches in flight have finished.
+    async fn batches(
+        &self,
+        timeouts: &Channel,
+        consumer: &mut Consumer,
+        dead: &mut Consumer,
+        stop: &CancellationToken,
+    ) -> Option<anyhow::Error> {
         // Batches in flight, each its own transaction: batches of one sale insert in
         // parallel and wait for each other only at the stock update (see
         // `persist::unlocked`).
@@ -103,20 +118,11 @@ impl Worker {
                             // The batches in flight finish first: a dead letter of the same
                             // sale would wait for their voucher locks while they, not
                             // polled, waited for it.
-                            while let Some(done) = running.next().await {
-                                if let Err(e) = done {
-                                    failure.get_or_insert(e);
-                                }
-                            }
+                            finish(&mut running, &mut failure).await;
                             if failure.is_some() {
                                 break;
                             }
-                            let dead_letter = async {
-                                let d = d.context("the dead-letter consumer ended")?.context("receiving a dead letter")?;
-                                let _held = Held::new(&self.holding, 1);
-                                self.handle_dead(&timeouts, d, stop).await
-                            };
-                            if let Err(e) = dead_letter.await {
+                            if let Err(e) = self.dead_letter(timeouts, d, stop).await {
                                 failure = Some(e);
                                 break;
                             }
@@ -132,29 +138,8 @@ impl Worker {
                     break;
                 }
             };
-            // Whatever else has already arrived joins this batch, up to its share of
-            // the prefetch window and `self.batch` orders (one transaction); nothing
-            // waits for more. Batches of whole transactions keep every batch in
-            // flight busy to the end of a backlog: a batch of several transactions
-            // ran them one after another while the others had finished.
-            let mut orders = first.orders();
-            let mut deliveries = vec![first];
-            while deliveries.len() < per_batch && orders < self.batch {
-                match consumer.next().now_or_never() {
-                    Some(Some(Ok(d))) => {
-                        let d = self.parse(d);
-                        if orders + d.orders() > self.batch {
-                            carried = Some(d);
-                            break;
-                        }
-                        orders += d.orders();
-                        deliveries.push(d);
-                    }
-                    _ => break,
-                }
-            }
+            let deliveries = self.gather(first, consumer, &mut carried, per_batch);
             let held = Held::new(&self.holding, deliveries.len());
-            let timeouts = &timeouts;
             running.push(async move {
                 let _held = held;
                 self.handle(timeouts, deliveries, stop).await
@@ -163,18 +148,57 @@ impl Worker {
         // The batches in flight finish (or, stopping, hand back what they hold)
         // before the connection closes: a transaction dropped half way would keep
         // its locks until its connection is used again.
-        while let Some(done) = running.next().await {
-            if let Err(e) = done {
-                failure.get_or_insert(e);
+        finish(&mut running, &mut failure).await;
+        failure
+    }
+
+    /// One batch: `first`, and whatever else has already arrived, up to
+    /// `per_batch` deliveries and `self.batch` orders; a delivery that would take
+    /// it past `self.batch` orders is left in `carried`, for the next batch.
+    fn gather(
+        &self,
+        first: Received,
+        consumer: &mut Consumer,
+        carried: &mut Option<Received>,
+        per_batch: usize,
+    ) -> Vec<Received> {
+        // Whatever else has already arrived joins this batch, up to its share of
+        // the prefetch window and `self.batch` orders (one transaction); nothing
+        // waits for more. Batches of whole transactions keep every batch in
+        // flight busy to the end of a backlog: a batch of several transactions
+        // ran them one after another while the others had finished.
+        let mut orders = first.orders();
+        let mut deliveries = vec![first];
+        while deliveries.len() < per_batch && orders < self.batch {
+            match consumer.next().now_or_never() {
+                Some(Some(Ok(d))) => {
+                    let d = self.parse(d);
+                    if orders + d.orders() > self.batch {
+                        *carried = Some(d);
+                        break;
+                    }
+                    orders += d.orders();
+                    deliveries.push(d);
+                }
+                _ => break,
             }
         }
-        if let Some(e) = failure {
-            self.broker.close_conn(&conn, "worker failed").await;
-            return Err(e);
-        }
-        // Unacknowledged deliveries return to the queue when the channel closes.
-        self.broker.close_conn(&conn, "worker stopping").await;
-        Ok(())
+        deliveries
+    }
+
+    /// Handles the dead letter `d` (counted as held meanwhile), or fails if the
+    /// dead-letter consumer ended or failed.
+    async fn dead_letter(
+        &self,
+        timeouts: &Channel,
+        d: Option<lapin::Result<Delivery>>,
+        stop: &CancellationToken,
+    ) -> Result<()> {
+        let d = d
+            .context("the dead-letter consumer ended")?
+            .context("receiving a dead letter")?;
+        let _held = Held::new(&self.holding, 1);
+        self.handle_dead(timeouts, d, stop).await
     }
 
     /// A delivery and its order batch (`None`: not an order batch, poison).
@@ -184,109 +208,30 @@ impl Worker {
             .ok();
         Received(d, batch)
     }
+}
 
-    /// Persists the orders of `deliveries` and settles each delivery.
-    pub(super) async fn handle(
-        &self,
-        timeouts: &Channel,
-        deliveries: Vec<Received>,
-        stop: &CancellationToken,
-    ) -> Result<()> {
-        let mut good: Vec<(Delivery, OrderBatch)> = Vec::new();
-        for Received(d, batch) in deliveries {
-            match batch {
-                Some(b) => good.push((d, b)),
-                None => {
-                    self.metrics.worker_poison.inc();
-                    let reject = d.reject(BasicRejectOptions { requeue: false });
-                    answered(self.broker.timeout(), "rejecting a poison message", reject).await?;
-                }
-            }
-        }
-        // Keep transactions to the configured size: split into chunks of whole
-        // messages (a message larger than the size is a transaction of its own).
-        let mut start = 0;
-        while start < good.len() {
-            let mut end = start;
-            let mut n = 0;
-            while end < good.len() && (end == start || n + good[end].1.orders.len() <= self.batch) {
-                n += good[end].1.orders.len();
-                end += 1;
-            }
-            let chunk = &good[start..end];
-            let orders: Vec<_> = chunk.iter().flat_map(|(_, b)| b.orders.iter().copied()).collect();
-            let intents: Vec<i64> = chunk.iter().filter_map(|(_, b)| b.intent).collect();
-            match self.persist_retrying(&orders, &intents, stop).await {
-                Persisted::Done(outcome) => {
-                    self.count(outcome);
-                    // Scheduled before the ack: a crash in between redelivers the
-                    // batch, which schedules them again (the timeout is idempotent).
-                    let ids = orders.iter().map(|o| o.id).collect();
-                    timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
-                    for (d, _) in chunk {
-                        let ack = d.ack(BasicAckOptions::default());
-                        answered(self.broker.timeout(), "acknowledging a batch", ack).await?;
-                    }
-                }
-                Persisted::Refused(e) if chunk.len() > 1 => {
-                    tracing::warn!(error = %e, "a batch was refused; persisting its messages one by one");
-                    for (d, b) in chunk {
-                        self.settle_one(timeouts, d, b, stop).await?;
-                    }
-                }
-                Persisted::Refused(e) => {
-                    let (d, b) = &chunk[0];
-                    self.store_refused(d, &b.orders, &e).await?;
-                }
-                Persisted::Release(e) => {
-                    for (d, _) in &good[start..] {
-                        let nack = d.nack(BasicNackOptions {
-                            requeue: true,
-                            multiple: false,
-                        });
-                        answered(self.broker.timeout(), "handing a batch back", nack).await?;
-                    }
-                    return Err(anyhow::anyhow!(
-                        "could not persist for {:?}; handed the batch back: {e}",
-                        self.hold_limit
-                    ));
-                }
-                // Stopping while the database is down: the deliveries go back unacked.
-                Persisted::Stopping => return Ok(()),
-            }
-            start = end;
-        }
-        Ok(())
-    }
+/// Starts consuming `queue` on `channel` (`what` names the step in the error).
+async fn consume(channel: &Channel, queue: String, what: &'static str) -> Result<Consumer> {
+    channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .context(what)
+}
 
-    pub(super) async fn settle_one(
-        &self,
-        timeouts: &Channel,
-        d: &Delivery,
-        batch: &OrderBatch,
-        stop: &CancellationToken,
-    ) -> Result<()> {
-        let orders = &batch.orders[..];
-        let intents: Vec<i64> = batch.intent.into_iter().collect();
-        match self.persist_retrying(orders, &intents, stop).await {
-            Persisted::Done(outcome) => {
-                self.count(outcome);
-                let ids = orders.iter().map(|o| o.id).collect();
-                timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
-                let ack = d.ack(BasicAckOptions::default());
-                answered(self.broker.timeout(), "acknowledging a message", ack).await?;
-            }
-            Persisted::Refused(e) => self.store_refused(d, orders, &e).await?,
-            Persisted::Release(e) => {
-                let nack = d.nack(BasicNackOptions {
-                    requeue: true,
-                    multiple: false,
-                });
-                answered(self.broker.timeout(), "handing a message back", nack).await?;
-                return Err(anyhow::anyhow!("could not persist; handed the message back: {e}"));
-            }
-            Persisted::Stopping => {}
+/// Waits for every batch in flight; the first failure among them goes to
+/// `failure` unless one is there already.
+async fn finish<F: Future<Output = Result<()>>>(
+    running: &mut FuturesUnordered<F>,
+    failure: &mut Option<anyhow::Error>,
+) {
+    while let Some(done) = running.next().await {
+        if let Err(e) = done {
+            failure.get_or_insert(e);
         }
-        Ok(())
     }
 }
