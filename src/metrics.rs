@@ -52,11 +52,10 @@ pub struct Metrics {
     /// Per running sale (and only those: the label set stays bounded), how long
     /// repairs have kept it closed in all, the closure under way included.
     pub sale_closed_seconds: prometheus::GaugeVec,
-    /// Incidents met while persisting orders: id_collision (an id another order
-    /// already had), number_collision (an order_no already taken), dead_lettered
-    /// (an order message taken from the dead-letter queue: its delivery limit ran
-    /// out), late_conflict (an order a relay read before a repair that could not
-    /// count it, whose unit or shopper was sold again: stored `failed` by the relay).
+    /// Incidents: an acknowledged order stored under a fresh id or number, stored
+    /// `failed`, dead-lettered, read before a repair and sold again, left unread,
+    /// counted twice or beyond the stock by a repair, or a counter's range reused
+    /// (each kind in [`INCIDENT_KINDS`], which the help text names).
     pub worker_incidents: IntCounterVec,
     /// Running flash sales whose books did not balance in two consecutive audits
     /// (see [`crate::voucher::audit`]).

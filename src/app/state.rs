@@ -32,8 +32,7 @@ pub struct Connected {
 }
 
 /// Makes the pools and clients (lazily: the process starts while a dependency is
-/// down), migrates if asked, loads the voucher cache, checks the Redis server once,
-/// and builds the services every handler and task shares.
+/// down), migrates if asked, loads the voucher cache, and builds the services every handler and task shares.
 pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &CancellationToken) -> Result<Connected> {
     let c = clients(&settings, stop).await?;
     let background_sequences = Sequences::new(c.background_pg.clone(), opts.clock.clone()).witnessed(c.witness.clone());

@@ -91,7 +91,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         // Raffles past draw_at are closed, and drawn once their beacon round is in,
         // here and never in a request (every instance tries; one does each).
         let (pg, stop) = (state.background_pg.clone(), stop.clone());
-        let relay = state.settings.beacon_url.clone();
+        let beacon = state.settings.beacon_url.clone();
         let timeout = state.settings.dependency_timeout;
         tasks.spawn("raffle draws", async move {
             let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
@@ -105,8 +105,8 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
                 if let Err(e) = crate::admit::draw::settle_due(&pg).await {
                     tracing::debug!(error = ?e, "raffles not settled this tick");
                 }
-                if let Some(relay) = &relay {
-                    if let Err(e) = crate::admit::draw::fetch_due(&pg, &http, relay).await {
+                if let Some(beacon) = &beacon {
+                    if let Err(e) = crate::admit::draw::fetch_due(&pg, &http, beacon).await {
                         tracing::debug!(error = ?e, "beacon rounds not fetched this tick");
                     }
                 }
