@@ -6,6 +6,7 @@ use crate::http::state::AppState;
 use crate::order::id_worker::IdWorker;
 use crate::sequence::Sequences;
 use crate::voucher::cache::VoucherCache;
+use crate::voucher::sales::{Sales, SalesParts};
 use anyhow::{Context, Result};
 use clients::{clients, Clients};
 use sqlx::PgPool;
@@ -70,7 +71,10 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         cache: cache.clone(),
         recovery: recovery.clone(),
     };
+    let sales = sales_of(&c, &recovery, &cache);
     let state = Arc::new(AppState {
+        sales,
+        answers: crate::http::idempotency::Answers::new(c.pg.clone()),
         orders,
         lookup,
         ids,
@@ -99,6 +103,18 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     Ok(Connected {
         state,
         background_sequences,
+    })
+}
+
+/// The sales area's service, on the request handlers' pool.
+fn sales_of(c: &Clients, recovery: &Arc<crate::recovery::Recovery>, cache: &Arc<VoucherCache>) -> Sales {
+    Sales::new(SalesParts {
+        pg: c.pg.clone(),
+        redis: c.redis.clone(),
+        keys: c.keys.clone(),
+        broker: c.broker.clone(),
+        recovery: recovery.clone(),
+        cache: cache.clone(),
     })
 }
 

@@ -153,6 +153,24 @@ pub async fn note_top_up(tx: &mut sqlx::PgConnection, admin: i64, key: &str, top
     Ok(())
 }
 
+/// The store of the keys' answers, for a handler that records one outside a
+/// transaction of its own.
+#[derive(Clone)]
+pub struct Answers {
+    pg: sqlx::PgPool,
+}
+
+impl Answers {
+    pub fn new(pg: sqlx::PgPool) -> Self {
+        Self { pg }
+    }
+
+    /// [`answer`], in a statement of its own.
+    pub async fn answer(&self, admin: i64, key: &str, status: StatusCode, body: &Value) -> Result<Value, ApiError> {
+        answer(&self.pg, admin, key, status, body).await
+    }
+}
+
 /// Stores the answer to a claimed key, unless one is stored already, and returns
 /// the stored one: every request with the key answers alike.
 pub async fn answer(

@@ -64,7 +64,6 @@ pub struct WorkerSeen {
     responses((status = 200, description = "per sale, repairs and how long they kept it closed", body = RedisState),
         Unauthorized, Forbidden, RateLimited, Unavailable))]
 pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<web::Json<RedisState>, ApiError> {
-    let ns = state.keys.namespace();
     let now = state.clock.now();
     let mut ids: Vec<i64> = state
         .cache
@@ -93,8 +92,11 @@ pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<we
             }
         })
         .collect();
-    let workers = crate::worker::last_heartbeats(&state.pg, ns, 20)
-        .await?
+    let workers = state
+        .recovery
+        .workers_seen(20)
+        .await
+        .map_err(ApiError::internal)?
         .into_iter()
         .map(|h| WorkerSeen {
             process: h.process,

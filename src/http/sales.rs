@@ -7,8 +7,7 @@ use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauth
 use super::state::AppState;
 use super::vouchers::{announce, voucher_not_found, with_stats};
 use crate::id;
-use crate::voucher::audit::{self, Lookup};
-use crate::voucher::live_numbers;
+use crate::voucher::audit::Lookup;
 use crate::voucher::repo;
 use crate::voucher::view::{LiveSale, OrderCounts, VoucherPage};
 use crate::voucher::Voucher;
@@ -59,7 +58,7 @@ pub async fn admin_list(
             .filter(|n| (1..=MAX_PAGE).contains(n))
             .ok_or_else(|| ApiError::validation("limit", format!("must be a whole number from 1 to {MAX_PAGE}")))?,
     };
-    let items = repo::page(&state.pg, before, limit).await?;
+    let items = state.sales.page(before, limit).await?;
     let next_before = (items.len() as i64 == limit)
         .then(|| items.last().map(|v| v.id.to_string()))
         .flatten();
@@ -96,7 +95,7 @@ pub async fn resume(
 /// others by pub/sub or, if that is lost, by their pause check within a second.
 /// Idempotent: pausing a paused sale answers 200 as well.
 async fn set_paused(state: &AppState, id: i64, paused: bool) -> Result<Voucher, ApiError> {
-    let mut tx = state.pg.begin().await?;
+    let mut tx = state.sales.begin().await?;
     if repo::set_paused(&mut tx, id, paused).await?.is_none() {
         return Err(match repo::get(&mut *tx, id).await? {
             Some(_) => not_a_flash_sale(),
@@ -121,20 +120,20 @@ pub async fn live(
     path: web::Path<String>,
 ) -> Result<web::Json<LiveSale>, ApiError> {
     let id = path_id(&path)?;
-    let voucher = repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?;
+    let voucher = state.sales.get(id).await?.ok_or_else(voucher_not_found)?;
     if !voucher.is_flash_sale() {
         return Err(not_a_flash_sale());
     }
     // Timed-out orders before the books: they are a subset of the cancelled ones and
     // only grow, so read first they never exceed `cancelled` read after.
-    let timed_out = live_numbers::timed_out(&state.pg, id).await?;
-    let audit = match audit::books(&state.pg, &state.redis, &state.keys, id).await? {
+    let timed_out = state.sales.timed_out(id).await?;
+    let audit = match state.sales.books(id).await? {
         Lookup::Found(books) => books,
         Lookup::NotFound => return Err(voucher_not_found()),
         Lookup::NotAFlashSale => return Err(not_a_flash_sale()),
     };
     let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
-    let relay = live_numbers::relay_state(&state.redis, &state.keys, id, shards).await?;
+    let relay = state.sales.relay_state(id, shards).await?;
     let view = with_stats(&state, voucher).await?;
     let orders = OrderCounts {
         accepted: view.stats.orders_accepted,

@@ -28,7 +28,7 @@ pub async fn put_rule(
     let req = RuleRequest::parse(&body)?;
     let time_zone = req.time_zone.as_deref().unwrap_or(state.settings.time_zone.name());
     let rule = Rule::parse_parts(&path, &req.prefix, &req.date_format, req.min_width, time_zone)?;
-    rule::upsert(&state.pg, &rule).await?;
+    state.sequences.set_rule(&rule).await?;
     Ok(web::Json(rule))
 }
 

@@ -42,6 +42,10 @@ pub struct AppState {
     pub recovery: Arc<crate::recovery::Recovery>,
     /// The order path: cache, id worker, Redis, clocks.
     pub orders: crate::order::place::OrderDesk,
+    /// The sales area: vouchers, stock, top-ups, pauses, books.
+    pub sales: crate::voucher::sales::Sales,
+    /// The idempotency keys' answers.
+    pub answers: super::idempotency::Answers,
     /// Where orders are read from.
     pub lookup: crate::order::status::Lookup,
     /// Whether this process's clock is close enough to Postgres's to sell.

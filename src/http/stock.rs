@@ -52,7 +52,7 @@ pub async fn add_stock(
     let add = AddStock::parse(&body)?.add;
     let key = idempotency::key_of(&req)?;
     let admin = admin.0.user_id;
-    let mut tx = state.pg.begin().await?;
+    let mut tx = state.sales.begin().await?;
     if let Some(key) = &key {
         match idempotency::claim(&mut tx, admin, key, &idempotency::fingerprint(&req, &body)).await? {
             Claim::New => {}
@@ -62,13 +62,15 @@ pub async fn add_stock(
                 let top_up_id = top_up_id.ok_or_else(|| {
                     ApiError::internal(anyhow::anyhow!("an idempotency key of a top-up without its top-up"))
                 })?;
-                let top_up = topup::get(&state.pg, top_up_id).await?.ok_or_else(voucher_not_found)?;
-                let voucher = repo::get(&state.pg, top_up.voucher_id)
+                let top_up = state.sales.top_up(top_up_id).await?.ok_or_else(voucher_not_found)?;
+                let voucher = state
+                    .sales
+                    .get(top_up.voucher_id)
                     .await?
                     .ok_or_else(voucher_not_found)?;
                 let answer =
                     serde_json::to_value(finish(&state, top_up, voucher).await).map_err(anyhow::Error::from)?;
-                let stored = idempotency::answer(&state.pg, admin, key, StatusCode::OK, &answer).await?;
+                let stored = state.answers.answer(admin, key, StatusCode::OK, &answer).await?;
                 return Ok(HttpResponse::Ok().json(stored));
             }
         }
@@ -107,7 +109,7 @@ pub async fn add_stock(
     let answer = finish(&state, top_up, voucher).await;
     if let Some(key) = &key {
         let value = serde_json::to_value(&answer).map_err(anyhow::Error::from)?;
-        match idempotency::answer(&state.pg, admin, key, StatusCode::OK, &value).await {
+        match state.answers.answer(admin, key, StatusCode::OK, &value).await {
             Ok(stored) => return Ok(HttpResponse::Ok().json(stored)),
             // Committed all the same; a retry with the key rebuilds this answer.
             Err(e) => tracing::warn!(top_up = top_up.id, error = %e, "could not store a top-up's answer"),
@@ -119,7 +121,7 @@ pub async fn add_stock(
 /// After the commit: the Redis half (or the recovery pass), the announcement and
 /// the answer. Nothing here fails: the top-up stands.
 async fn finish(state: &AppState, top_up: TopUp, voucher: Voucher) -> ToppedUp {
-    let applied = match topup::apply(&state.pg, &state.redis, &state.keys, &state.recovery, top_up.id).await {
+    let applied = match state.sales.apply_top_up(top_up.id).await {
         Ok(applied) => applied,
         Err(e) => {
             tracing::warn!(top_up = top_up.id, error = %format!("{e:#}"), "top-up left pending for recovery");

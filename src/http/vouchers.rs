@@ -9,10 +9,10 @@ use super::responses::{
 };
 use super::state::AppState;
 use crate::id;
-use crate::voucher::audit::{self, Audit, Lookup};
+use crate::voucher::audit::{Audit, Lookup};
 use crate::voucher::model::{NewVoucher, Voucher};
 use crate::voucher::repo;
-use crate::voucher::stock::{self, Event};
+use crate::voucher::stock;
 use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -40,7 +40,7 @@ pub(super) async fn cached(state: &AppState, id: i64) -> Result<Voucher, ApiErro
         return Err(voucher_not_found());
     }
     let marker = state.cache.read_marker();
-    match repo::get(&state.pg, id).await? {
+    match state.sales.get(id).await? {
         Some(v) => Ok(v),
         None => {
             state.cache.note_missing(id, marker);
@@ -72,7 +72,7 @@ pub async fn create(
     let new = NewVoucher::parse(&body)?;
     let key = idempotency::key_of(&req)?;
     let admin = admin.0.user_id;
-    let mut tx = state.pg.begin().await?;
+    let mut tx = state.sales.begin().await?;
     if let Some(key) = &key {
         match idempotency::claim(&mut tx, admin, key, &idempotency::fingerprint(&req, &body)).await? {
             Claim::New => {}
@@ -89,7 +89,7 @@ pub async fn create(
     if let Some(flash) = &voucher.flash {
         // Loaded before the commit: a voucher that exists in Postgres always has its
         // stock in Redis (if Redis is down, nothing is created).
-        stock::load(&state.redis, &state.keys, voucher.id, flash.stock, flash.shards()).await?;
+        state.sales.load(voucher.id, flash.stock, flash.shards()).await?;
     }
     let answer = serde_json::to_value(&voucher).map_err(anyhow::Error::from)?;
     if let Some(key) = &key {
@@ -120,7 +120,7 @@ pub async fn admin_get(
     path: web::Path<String>,
 ) -> Result<web::Json<VoucherWithStats>, ApiError> {
     let id = path_id(&path)?;
-    let voucher = repo::get(&state.pg, id).await?.ok_or_else(voucher_not_found)?;
+    let voucher = state.sales.get(id).await?.ok_or_else(voucher_not_found)?;
     Ok(web::Json(with_stats(&state, voucher).await?))
 }
 
@@ -135,7 +135,7 @@ pub async fn admin_audit(
     path: web::Path<String>,
 ) -> Result<web::Json<Audit>, ApiError> {
     let id = path_id(&path)?;
-    match audit::audit(&state.pg, &state.redis, &state.keys, &state.broker, id).await? {
+    match state.sales.audit(id).await? {
         Lookup::Found(books) => Ok(web::Json(books)),
         Lookup::NotFound => Err(voucher_not_found()),
         Lookup::NotAFlashSale => Err(ApiError::conflict(
@@ -183,7 +183,7 @@ pub async fn list(state: web::Data<AppState>, q: web::Query<ListQuery>) -> Resul
             .filter(|n| (1..=MAX_PAGE).contains(n))
             .ok_or_else(|| ApiError::validation("limit", format!("must be a whole number from 1 to {MAX_PAGE}")))?,
     };
-    let items = repo::list_by_shop(&state.pg, shop_id, after, limit).await?;
+    let items = state.sales.list_by_shop(shop_id, after, limit).await?;
     let next_after = (items.len() as i64 == limit)
         .then(|| items.last().map(|v| v.id.to_string()))
         .flatten();
@@ -205,11 +205,11 @@ pub async fn public_get(
         let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
         // A crowd browsing the sale costs Redis a GET per shard this often, per
         // instance, not per request.
-        let (redis, keys) = (state.redis.clone(), state.keys.clone());
+        let sales = state.sales.clone();
         let units = state
             .public_stock
             .get(id, stock::PUBLIC_REFRESH, || async move {
-                stock::remaining(&redis, &keys, id, shards).await
+                sales.remaining(id, shards).await
             })
             .await?;
         Some(units)
@@ -223,10 +223,10 @@ pub async fn public_get(
 }
 
 pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
-    let orders_persisted = repo::orders_persisted(&state.pg, voucher.id).await?;
+    let orders_persisted = state.sales.orders_persisted(voucher.id).await?;
     let stats = match &voucher.flash {
         Some(f) => {
-            let s = stock::stats(&state.redis, &state.keys, voucher.id, f.shards()).await?;
+            let s = state.sales.stats(voucher.id, f.shards()).await?;
             SaleStats {
                 stock_remaining: s.stock,
                 orders_accepted: s.accepted,
@@ -255,8 +255,8 @@ pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<Vou
 
 /// This instance's cache learns at once; the others through pub/sub.
 pub(super) async fn announce(state: &AppState, voucher: &Voucher) {
-    state.cache.put(voucher.clone());
-    if let Err(e) = stock::publish(&state.redis, &state.keys, Event::Voucher(voucher.id)).await {
+    state.sales.cache_now(voucher);
+    if let Err(e) = state.sales.publish_change(voucher.id).await {
         tracing::warn!(error = %format!("{e:#}"), "could not announce a voucher change; other instances catch up on refresh");
     }
 }

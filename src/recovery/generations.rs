@@ -62,6 +62,14 @@ impl Recovery {
         Ok(rows.into_iter().collect())
     }
 
+    /// The namespace's workers' last `limit` heartbeats, newest first (shown beside
+    /// the sales' states; nothing is decided from them).
+    pub async fn workers_seen(&self, limit: i64) -> Result<Vec<crate::worker::Heartbeat>> {
+        crate::worker::last_heartbeats(&self.pg, self.namespace(), limit)
+            .await
+            .context("reading the workers' heartbeats")
+    }
+
     /// The sales a repair holds closed now (any process's), by id.
     pub async fn closed_sales(&self) -> Result<Vec<i64>> {
         sqlx::query_scalar("SELECT voucher_id FROM sale_states WHERE namespace = $1 AND closed_since IS NOT NULL")

@@ -38,6 +38,11 @@ impl Sequences {
         }
     }
 
+    /// Records a rule (a new one, or new values for one of that name).
+    pub async fn set_rule(&self, rule: &rule::Rule) -> Result<(), sqlx::Error> {
+        rule::upsert(&self.pg, rule).await
+    }
+
     /// The same, each range checked by `witness`.
     pub fn witnessed(mut self, witness: std::sync::Arc<witness::Witness>) -> Self {
         self.witness = Some(witness);

@@ -9,6 +9,7 @@ pub mod model;
 pub mod pg_stock;
 pub mod refill;
 pub mod repo;
+pub mod sales;
 pub mod shards;
 pub mod stock;
 pub mod topup;

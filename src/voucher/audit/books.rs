@@ -157,7 +157,7 @@ pub async fn audit(pg: &PgPool, redis: &Redis, keys: &Keys, broker: &Broker, vou
 pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<Lookup> {
     // Its shards (fixed for the life of the sale; 1 if there is no such sale).
     let shards = crate::voucher::repo::shards(pg, voucher_id).await?;
-    // Postgres first, in one statement (one snapshot): see the module's doc.
+    // Postgres first, in one snapshot: see the module's doc.
     let (stock, postgres) = match postgres_books(pg, voucher_id).await? {
         Ok(found) => found,
         Err(other) => return Ok(other),

@@ -25,7 +25,7 @@
 //! - a `failed` order: an incident. A repair rebuilds Redis from Postgres, after
 //!   which the units sum balances; the failed order must still show.
 //!
-//! The Postgres half is read in one statement, then the Redis half in one `MULTI`
+//! The Postgres half is read in one snapshot, then the Redis half in one `MULTI`
 //! per shard (a sharded sale's shards are read until two reads agree on every
 //! move: [`crate::voucher::shards::snapshot`]). Postgres first: every order Postgres
 //! holds was admitted by Redis before it was read, and Redis's count of admitted

@@ -1,0 +1,138 @@
+//! [`Sales`]: the sales area as the edges call it. A handler reads and changes
+//! vouchers, their stock in Redis and Postgres, top-ups and pauses, and a sale's
+//! books, through it, never through a pool or a Redis connection of its own.
+use super::audit::{self, Lookup};
+use super::live_numbers::{self, RelayState};
+use super::model::Voucher;
+use super::stock::{self, Event, Stats};
+use super::topup::{self, TopUp};
+use super::{cache::VoucherCache, repo};
+use crate::broker::Broker;
+use crate::keys::Keys;
+use crate::recovery::Recovery;
+use crate::redis_conn::Redis;
+use anyhow::Result;
+use sqlx::{PgPool, Postgres, Transaction};
+use std::sync::Arc;
+
+/// The sales area's service: what it needs, held once, for every request.
+#[derive(Clone)]
+pub struct Sales {
+    /// The request handlers' pool.
+    pg: PgPool,
+    redis: Redis,
+    keys: Keys,
+    broker: Arc<Broker>,
+    recovery: Arc<Recovery>,
+    cache: Arc<VoucherCache>,
+}
+
+/// What [`Sales`] is made of.
+pub struct SalesParts {
+    pub pg: PgPool,
+    pub redis: Redis,
+    pub keys: Keys,
+    pub broker: Arc<Broker>,
+    pub recovery: Arc<Recovery>,
+    pub cache: Arc<VoucherCache>,
+}
+
+impl Sales {
+    pub fn new(p: SalesParts) -> Self {
+        Self {
+            pg: p.pg,
+            redis: p.redis,
+            keys: p.keys,
+            broker: p.broker,
+            recovery: p.recovery,
+            cache: p.cache,
+        }
+    }
+
+    /// A transaction for a change that must commit with the caller's own writes
+    /// (an idempotency key's answer): [`repo`] and [`topup`] take it.
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
+        self.pg.begin().await
+    }
+
+    /// The voucher `id`, from Postgres.
+    pub async fn get(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
+        repo::get(&self.pg, id).await
+    }
+
+    /// Vouchers newest first, below `before`.
+    pub async fn page(&self, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
+        repo::page(&self.pg, before, limit).await
+    }
+
+    /// A shop's vouchers, after `after`.
+    pub async fn list_by_shop(
+        &self,
+        shop_id: i64,
+        after: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Voucher>, sqlx::Error> {
+        repo::list_by_shop(&self.pg, shop_id, after, limit).await
+    }
+
+    /// Orders of the sale persisted (failed ones excluded).
+    pub async fn orders_persisted(&self, id: i64) -> Result<i64, sqlx::Error> {
+        repo::orders_persisted(&self.pg, id).await
+    }
+
+    /// Orders of the sale the payment timeout cancelled.
+    pub async fn timed_out(&self, id: i64) -> Result<i64> {
+        live_numbers::timed_out(&self.pg, id).await
+    }
+
+    /// A sale's stock and orders in Redis.
+    pub async fn stats(&self, id: i64, shards: u32) -> Result<Stats> {
+        stock::stats(&self.redis, &self.keys, id, shards).await
+    }
+
+    /// Units on sale in Redis, summed over the shards.
+    pub async fn remaining(&self, id: i64, shards: u32) -> Result<Option<i64>> {
+        stock::remaining(&self.redis, &self.keys, id, shards).await
+    }
+
+    /// Puts a new sale's stock in Redis.
+    pub async fn load(&self, id: i64, stock: i32, shards: u32) -> Result<bool> {
+        stock::load(&self.redis, &self.keys, id, stock, shards).await
+    }
+
+    /// This instance's cache learns of `voucher` at once; the others through
+    /// pub/sub.
+    pub fn cache_now(&self, voucher: &Voucher) {
+        self.cache.put(voucher.clone());
+    }
+
+    /// Tells every instance that `voucher` changed.
+    pub async fn publish_change(&self, voucher: i64) -> Result<()> {
+        stock::publish(&self.redis, &self.keys, Event::Voucher(voucher)).await
+    }
+
+    /// A sale's books (Postgres, then Redis).
+    pub async fn books(&self, id: i64) -> Result<Lookup> {
+        audit::books(&self.pg, &self.redis, &self.keys, id).await
+    }
+
+    /// A sale's books with the orders queue's depth.
+    pub async fn audit(&self, id: i64) -> Result<Lookup> {
+        audit::audit(&self.pg, &self.redis, &self.keys, &self.broker, id).await
+    }
+
+    /// How far the relay is behind on the sale's outboxes.
+    pub async fn relay_state(&self, id: i64, shards: u32) -> Result<RelayState> {
+        live_numbers::relay_state(&self.redis, &self.keys, id, shards).await
+    }
+
+    /// Top-up `id`, done or pending.
+    pub async fn top_up(&self, id: i64) -> Result<Option<TopUp>> {
+        topup::get(&self.pg, id).await
+    }
+
+    /// The Redis half of a committed top-up; whether it was applied now.
+    pub async fn apply_top_up(&self, id: i64) -> Result<bool> {
+        topup::apply(&self.pg, &self.redis, &self.keys, &self.recovery, id).await
+    }
+}
