@@ -82,6 +82,22 @@ pub async fn join(
             return Ok(Ok(Joined { place, new: false }));
         }
     }
+    if let Some(joined) = join_early(pg, voucher, user, begin_at, cap).await? {
+        return Ok(joined);
+    }
+    join_late(pg, voucher, user, begin_at, cap).await
+}
+
+/// An early arrival's join, under the queue row's share lock: a place without a
+/// number yet (or the answer that the address cap is reached). None when the
+/// join turns out late.
+async fn join_early(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    begin_at: DateTime<Utc>,
+    cap: Option<&Cap>,
+) -> Result<Option<std::result::Result<Joined, NotJoined>>> {
     // Early, by a look without a lock: then again under the share lock, while
     // unsealed and before the start. A late join takes no share lock (a stream of
     // them would keep the seal and the advances, which wait for it, waiting).
@@ -122,20 +138,33 @@ pub async fn join(
                 if let Some(cap) = cap {
                     if !claim(&mut tx, voucher, cap).await? {
                         tx.rollback().await?;
-                        return Ok(Err(NotJoined::AddressCap));
+                        return Ok(Some(Err(NotJoined::AddressCap)));
                     }
                 }
             }
             tx.commit().await?;
-            return Ok(Ok(Joined {
+            return Ok(Some(Ok(Joined {
                 place: None,
                 new: made == 1,
-            }));
+            })));
         }
         // Late after all: let the share lock go before asking for the exclusive
         // one (two joiners upgrading at once would deadlock).
         tx.rollback().await?;
     }
+    Ok(None)
+}
+
+/// A late arrival's join: the next place, taken with the queue's row held
+/// exclusively once it is sealed; while it is not, the seal is started and the
+/// shopper told to try again.
+async fn join_late(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    begin_at: DateTime<Utc>,
+    cap: Option<&Cap>,
+) -> Result<std::result::Result<Joined, NotJoined>> {
     // Late: once sealed, exclusively (the row is then held only briefly, by
     // advances and other late joins). Unsealed: the seal runs; no waiting on it.
     let sealed: bool = sqlx::query_scalar("SELECT sealed FROM admission_queues WHERE voucher_id = $1")
