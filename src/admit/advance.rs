@@ -15,11 +15,11 @@
 //! one rate. The first advance after `begin_at` starts the queue's seal in the
 //! background ([`super::queue::seal_in_background`]) and answers the unsealed
 //! frontier: no advance waits on a seal.
-use super::queue::{lock, seal_in_background};
+use super::queue::{lock, seal_in_background, Locked};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 use utoipa::ToSchema;
 
 /// How long after a turn's end its unit still counts as the turn's: the
@@ -63,53 +63,14 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<i64>>,
 {
-    // Before the start, or before the seal: nothing to move, and no lock (the early
-    // joins hold the row in share mode; the seal holds it exclusively).
-    let before: Option<(bool, bool, i32, i64)> = sqlx::query_as(
-        "SELECT clock_timestamp() < $2, q.sealed, q.admit_rate,
-                (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
-           FROM admission_queues q WHERE q.voucher_id = $1",
-    )
-    .bind(voucher)
-    .bind(begin_at)
-    .fetch_optional(pg)
-    .await?;
-    if let Some((early, sealed, admit_rate, length)) = before {
-        if !early && !sealed {
-            seal_in_background(pg, voucher, begin_at);
-        }
-        if early || !sealed {
-            return Ok(Frontier {
-                admitted: 0,
-                places: 0,
-                length,
-                admit_rate,
-                sealed: false,
-                held: false,
-                paused: false,
-            });
-        }
+    if let Some(frontier) = unmoved(pg, voucher, begin_at).await? {
+        return Ok(frontier);
     }
     let mut tx = pg.begin().await?;
     // Sealed: the row is held only briefly (advances, late joins).
     let q = lock(&mut tx, voucher).await?;
     if q.paused_at.is_some() {
-        // Paused: the frontier stands, and the time paused is not due after.
-        sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")
-            .bind(voucher)
-            .bind(q.now)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        return Ok(Frontier {
-            admitted: q.admitted,
-            places: q.next_place,
-            length: q.next_place,
-            admit_rate: q.admit_rate,
-            sealed: true,
-            held: false,
-            paused: true,
-        });
+        return stand_paused(tx, voucher, &q).await;
     }
     let since = q.advanced_at.unwrap_or(begin_at);
     let elapsed = (q.now - since).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
@@ -132,6 +93,76 @@ where
     } else {
         0.0
     };
+    record_move(&mut tx, voucher, &q, target, carry).await?;
+    tx.commit().await?;
+    Ok(Frontier {
+        admitted: target,
+        places: q.next_place,
+        length: q.next_place,
+        admit_rate: q.admit_rate,
+        sealed: true,
+        held,
+        paused: false,
+    })
+}
+
+/// The frontier while there is nothing to move: before the start, or before the
+/// seal (which it starts once the sale has begun). None once sealed.
+async fn unmoved(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) -> Result<Option<Frontier>> {
+    // Before the start, or before the seal: nothing to move, and no lock (the early
+    // joins hold the row in share mode; the seal holds it exclusively).
+    let before: Option<(bool, bool, i32, i64)> = sqlx::query_as(
+        "SELECT clock_timestamp() < $2, q.sealed, q.admit_rate,
+                (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
+           FROM admission_queues q WHERE q.voucher_id = $1",
+    )
+    .bind(voucher)
+    .bind(begin_at)
+    .fetch_optional(pg)
+    .await?;
+    if let Some((early, sealed, admit_rate, length)) = before {
+        if !early && !sealed {
+            seal_in_background(pg, voucher, begin_at);
+        }
+        if early || !sealed {
+            return Ok(Some(Frontier {
+                admitted: 0,
+                places: 0,
+                length,
+                admit_rate,
+                sealed: false,
+                held: false,
+                paused: false,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The frontier of a paused sale, `q` its queue's row locked in `tx`: it stands,
+/// and the time paused is not due after (the move's clock starts again now).
+async fn stand_paused(mut tx: Transaction<'_, Postgres>, voucher: i64, q: &Locked) -> Result<Frontier> {
+    // Paused: the frontier stands, and the time paused is not due after.
+    sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")
+        .bind(voucher)
+        .bind(q.now)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Frontier {
+        admitted: q.admitted,
+        places: q.next_place,
+        length: q.next_place,
+        admit_rate: q.admit_rate,
+        sealed: true,
+        held: false,
+        paused: true,
+    })
+}
+
+/// Writes a move of the frontier to `target` (`carry`: what was due and is
+/// banked) at `q`'s time, and logs it in `queue_admits` if it passed any place.
+async fn record_move(tx: &mut PgConnection, voucher: i64, q: &Locked, target: i64, carry: f64) -> Result<()> {
     sqlx::query("UPDATE admission_queues SET admitted = $2, carry = $3, advanced_at = $4 WHERE voucher_id = $1")
         .bind(voucher)
         .bind(target)
@@ -148,16 +179,7 @@ where
             .execute(&mut *tx)
             .await?;
     }
-    tx.commit().await?;
-    Ok(Frontier {
-        admitted: target,
-        places: q.next_place,
-        length: q.next_place,
-        admit_rate: q.admit_rate,
-        sealed: true,
-        held,
-        paused: false,
-    })
+    Ok(())
 }
 
 /// How many more shoppers may be admitted: the units left less the admitted
