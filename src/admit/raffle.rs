@@ -98,10 +98,7 @@ async fn try_enter(
     .fetch_optional(pg)
     .await?;
     if open_now != Some(true) {
-        return Ok(match entry_of_user(pg, voucher, user).await? {
-            Some(e) => Entered::Already(e),
-            None => Entered::Closed,
-        });
+        return already_or_closed(pg, voucher, user).await;
     }
     let mut tx = pg.begin().await?;
     // Without waiting: only the close and the draw hold the row exclusively, and
@@ -118,10 +115,7 @@ async fn try_enter(
         Ok(open) => open.ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its raffle row".into()))?,
         Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => {
             drop(tx);
-            return Ok(match entry_of_user(pg, voucher, user).await? {
-                Some(e) => Entered::Already(e),
-                None => Entered::Closed,
-            });
+            return already_or_closed(pg, voucher, user).await;
         }
         Err(e) => return Err(e),
     };
@@ -134,35 +128,58 @@ async fn try_enter(
     let answer = match (had, open) {
         (Some(e), _) => Entered::Already(e),
         (None, false) => Entered::Closed,
-        (None, true) => {
-            // The same shopper entering twice at once: one insert, one answer of the
-            // entry. No conflict target: the entry's own unique index must not raise
-            // either (a concurrent insert of the same row meets both).
-            let made = sqlx::query(
-                "INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)
-                 ON CONFLICT DO NOTHING",
-            )
-            .bind(voucher)
-            .bind(user)
-            .bind(&entry)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if made == 1 {
-                if let Some(cap) = cap {
-                    if !claim(&mut tx, voucher, cap).await? {
-                        tx.rollback().await?;
-                        return Ok(Entered::AddressCap);
-                    }
-                }
-                Entered::New(entry)
-            } else {
-                Entered::Already(entry)
-            }
-        }
+        (None, true) => insert_entry(&mut tx, voucher, user, entry, cap).await?,
     };
+    if answer == Entered::AddressCap {
+        tx.rollback().await?;
+        return Ok(Entered::AddressCap);
+    }
     tx.commit().await?;
     Ok(answer)
+}
+
+/// What a shopper who may not enter now has: their entry if they made one, or
+/// else the news that entries are closed.
+async fn already_or_closed(pg: &PgPool, voucher: i64, user: i64) -> Result<Entered, sqlx::Error> {
+    Ok(match entry_of_user(pg, voucher, user).await? {
+        Some(e) => Entered::Already(e),
+        None => Entered::Closed,
+    })
+}
+
+/// Inserts `user`'s entry (in `tx`, the raffle's row held in share mode and open)
+/// and counts it against the address cap: AddressCap when the cap is reached
+/// (the caller rolls back), Already when a concurrent entry of the shopper made it.
+async fn insert_entry(
+    tx: &mut PgConnection,
+    voucher: i64,
+    user: i64,
+    entry: String,
+    cap: Option<&Cap>,
+) -> Result<Entered, sqlx::Error> {
+    // The same shopper entering twice at once: one insert, one answer of the
+    // entry. No conflict target: the entry's own unique index must not raise
+    // either (a concurrent insert of the same row meets both).
+    let made = sqlx::query(
+        "INSERT INTO raffle_entries (voucher_id, user_id, entry) VALUES ($1, $2, $3)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(voucher)
+    .bind(user)
+    .bind(&entry)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if made == 1 {
+        if let Some(cap) = cap {
+            if !claim(&mut *tx, voucher, cap).await? {
+                return Ok(Entered::AddressCap);
+            }
+        }
+        Ok(Entered::New(entry))
+    } else {
+        Ok(Entered::Already(entry))
+    }
 }
 
 /// The raffle, as anyone may see it.
