@@ -15,12 +15,16 @@
 //! one rate. The first advance after `begin_at` starts the queue's seal in the
 //! background ([`super::queue::seal_in_background`]) and answers the unsealed
 //! frontier: no advance waits on a seal.
-use super::queue::{lock, seal_in_background};
+mod admitted;
+
+use super::queue::{lock, seal_in_background, Locked};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use utoipa::ToSchema;
+
+pub use admitted::{recent_admitted, turn_of, Admitted, Turn};
 
 /// How long after a turn's end its unit still counts as the turn's: the
 /// admission token is valid to the second before the end by its instance's clock
@@ -63,53 +67,14 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<i64>>,
 {
-    // Before the start, or before the seal: nothing to move, and no lock (the early
-    // joins hold the row in share mode; the seal holds it exclusively).
-    let before: Option<(bool, bool, i32, i64)> = sqlx::query_as(
-        "SELECT clock_timestamp() < $2, q.sealed, q.admit_rate,
-                (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
-           FROM admission_queues q WHERE q.voucher_id = $1",
-    )
-    .bind(voucher)
-    .bind(begin_at)
-    .fetch_optional(pg)
-    .await?;
-    if let Some((early, sealed, admit_rate, length)) = before {
-        if !early && !sealed {
-            seal_in_background(pg, voucher, begin_at);
-        }
-        if early || !sealed {
-            return Ok(Frontier {
-                admitted: 0,
-                places: 0,
-                length,
-                admit_rate,
-                sealed: false,
-                held: false,
-                paused: false,
-            });
-        }
+    if let Some(frontier) = unmoved(pg, voucher, begin_at).await? {
+        return Ok(frontier);
     }
     let mut tx = pg.begin().await?;
     // Sealed: the row is held only briefly (advances, late joins).
     let q = lock(&mut tx, voucher).await?;
     if q.paused_at.is_some() {
-        // Paused: the frontier stands, and the time paused is not due after.
-        sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")
-            .bind(voucher)
-            .bind(q.now)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        return Ok(Frontier {
-            admitted: q.admitted,
-            places: q.next_place,
-            length: q.next_place,
-            admit_rate: q.admit_rate,
-            sealed: true,
-            held: false,
-            paused: true,
-        });
+        return stand_paused(tx, voucher, &q).await;
     }
     let since = q.advanced_at.unwrap_or(begin_at);
     let elapsed = (q.now - since).num_microseconds().unwrap_or(i64::MAX).max(0) as f64 / 1e6;
@@ -132,6 +97,76 @@ where
     } else {
         0.0
     };
+    record_move(&mut tx, voucher, &q, target, carry).await?;
+    tx.commit().await?;
+    Ok(Frontier {
+        admitted: target,
+        places: q.next_place,
+        length: q.next_place,
+        admit_rate: q.admit_rate,
+        sealed: true,
+        held,
+        paused: false,
+    })
+}
+
+/// The frontier while there is nothing to move: before the start, or before the
+/// seal (which it starts once the sale has begun). None once sealed.
+async fn unmoved(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) -> Result<Option<Frontier>> {
+    // Before the start, or before the seal: nothing to move, and no lock (the early
+    // joins hold the row in share mode; the seal holds it exclusively).
+    let before: Option<(bool, bool, i32, i64)> = sqlx::query_as(
+        "SELECT clock_timestamp() < $2, q.sealed, q.admit_rate,
+                (SELECT count(*) FROM queue_places p WHERE p.voucher_id = q.voucher_id)
+           FROM admission_queues q WHERE q.voucher_id = $1",
+    )
+    .bind(voucher)
+    .bind(begin_at)
+    .fetch_optional(pg)
+    .await?;
+    if let Some((early, sealed, admit_rate, length)) = before {
+        if !early && !sealed {
+            seal_in_background(pg, voucher, begin_at);
+        }
+        if early || !sealed {
+            return Ok(Some(Frontier {
+                admitted: 0,
+                places: 0,
+                length,
+                admit_rate,
+                sealed: false,
+                held: false,
+                paused: false,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// The frontier of a paused sale, `q` its queue's row locked in `tx`: it stands,
+/// and the time paused is not due after (the move's clock starts again now).
+async fn stand_paused(mut tx: Transaction<'_, Postgres>, voucher: i64, q: &Locked) -> Result<Frontier> {
+    // Paused: the frontier stands, and the time paused is not due after.
+    sqlx::query("UPDATE admission_queues SET advanced_at = $2 WHERE voucher_id = $1")
+        .bind(voucher)
+        .bind(q.now)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Frontier {
+        admitted: q.admitted,
+        places: q.next_place,
+        length: q.next_place,
+        admit_rate: q.admit_rate,
+        sealed: true,
+        held: false,
+        paused: true,
+    })
+}
+
+/// Writes a move of the frontier to `target` (`carry`: what was due and is
+/// banked) at `q`'s time, and logs it in `queue_admits` if it passed any place.
+async fn record_move(tx: &mut PgConnection, voucher: i64, q: &Locked, target: i64, carry: f64) -> Result<()> {
     sqlx::query("UPDATE admission_queues SET admitted = $2, carry = $3, advanced_at = $4 WHERE voucher_id = $1")
         .bind(voucher)
         .bind(target)
@@ -148,16 +183,7 @@ where
             .execute(&mut *tx)
             .await?;
     }
-    tx.commit().await?;
-    Ok(Frontier {
-        admitted: target,
-        places: q.next_place,
-        length: q.next_place,
-        admit_rate: q.admit_rate,
-        sealed: true,
-        held,
-        paused: false,
-    })
+    Ok(())
 }
 
 /// How many more shoppers may be admitted: the units left less the admitted
@@ -213,46 +239,6 @@ where
     Ok((after - (open - ordered)).max(0))
 }
 
-/// A place's turn as the queue's clock counts it.
-#[derive(Clone, Copy, Debug)]
-pub struct Turn {
-    /// When the frontier passed the place.
-    pub admitted_at: DateTime<Utc>,
-    /// Seconds of the turn gone by (the sale's pauses do not count).
-    pub used_secs: f64,
-    /// The queue's pauses so far in total, the one going on included: what an
-    /// admission token names, so that a pause after it lengthens it.
-    pub paused_secs: f64,
-    /// Whether the sale is paused now.
-    pub paused: bool,
-}
-
-/// `place`'s turn now (None if it has not been admitted).
-pub async fn turn_of(pg: &PgPool, voucher: i64, place: i64) -> Result<Option<Turn>> {
-    let row = sqlx::query(
-        "SELECT a.at, coalesce(a.clock, extract(epoch FROM a.at)::float8) AS clock, q.paused_at, q.paused_secs,
-                clock_timestamp() AS now
-           FROM queue_admits a JOIN admission_queues q ON q.voucher_id = a.voucher_id
-          WHERE a.voucher_id = $1 AND a.upto >= $2 ORDER BY a.upto LIMIT 1",
-    )
-    .bind(voucher)
-    .bind(place)
-    .fetch_optional(pg)
-    .await?;
-    let Some(r) = row else { return Ok(None) };
-    let (now, paused_at, paused_secs): (DateTime<Utc>, Option<DateTime<Utc>>, f64) =
-        (r.try_get("now")?, r.try_get("paused_at")?, r.try_get("paused_secs")?);
-    let clock: f64 = r.try_get("clock")?;
-    let queue_now = super::queue::clock_at(now, paused_secs, paused_at);
-    let open = paused_at.map_or(0.0, |p| (now - p).num_milliseconds().max(0) as f64 / 1e3);
-    Ok(Some(Turn {
-        admitted_at: r.try_get("at")?,
-        used_secs: (queue_now - clock).max(0.0),
-        paused_secs: paused_secs + open,
-        paused: paused_at.is_some(),
-    }))
-}
-
 /// Sets the admit rate from now on: the frontier first moves at the old rate up
 /// to now (by the caller's [`advance`]), then the new rate counts.
 pub async fn set_rate(pg: &PgPool, voucher: i64, rate: i32) -> Result<bool> {
@@ -263,39 +249,4 @@ pub async fn set_rate(pg: &PgPool, voucher: i64, rate: i32) -> Result<bool> {
         .await?
         .rows_affected();
     Ok(done == 1)
-}
-
-/// One admitted shopper, for the console.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct Admitted {
-    pub place: i64,
-    #[serde(with = "crate::id")]
-    #[schema(schema_with = crate::id::schema)]
-    pub user_id: i64,
-    /// When the frontier passed the place.
-    pub admitted_at: Option<DateTime<Utc>>,
-}
-
-/// The last `limit` shoppers admitted, latest first.
-pub async fn recent_admitted(pg: &PgPool, voucher: i64, admitted: i64, limit: i64) -> Result<Vec<Admitted>> {
-    let rows = sqlx::query(
-        "SELECT p.place, p.user_id,
-                (SELECT a.at FROM queue_admits a WHERE a.voucher_id = p.voucher_id AND a.upto >= p.place
-                  ORDER BY a.upto LIMIT 1) AS at
-           FROM queue_places p WHERE p.voucher_id = $1 AND p.place <= $2 ORDER BY p.place DESC LIMIT $3",
-    )
-    .bind(voucher)
-    .bind(admitted)
-    .bind(limit)
-    .fetch_all(pg)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Admitted {
-                place: r.try_get("place")?,
-                user_id: r.try_get("user_id")?,
-                admitted_at: r.try_get("at")?,
-            })
-        })
-        .collect()
 }

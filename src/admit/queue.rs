@@ -13,13 +13,15 @@
 //! `sealed` without a lock first, and take the row only once it is sealed.
 //!
 //! **The frontier** that admits places is in [`super::advance`].
+mod seal;
+
 use super::addresses::{claim, Cap};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
-use std::collections::HashSet;
-use std::sync::{LazyLock, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use seal::{seal_in_background, seal_now};
 
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -82,6 +84,22 @@ pub async fn join(
             return Ok(Ok(Joined { place, new: false }));
         }
     }
+    if let Some(joined) = join_early(pg, voucher, user, begin_at, cap).await? {
+        return Ok(joined);
+    }
+    join_late(pg, voucher, user, begin_at, cap).await
+}
+
+/// An early arrival's join, under the queue row's share lock: a place without a
+/// number yet (or the answer that the address cap is reached). None when the
+/// join turns out late.
+async fn join_early(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    begin_at: DateTime<Utc>,
+    cap: Option<&Cap>,
+) -> Result<Option<std::result::Result<Joined, NotJoined>>> {
     // Early, by a look without a lock: then again under the share lock, while
     // unsealed and before the start. A late join takes no share lock (a stream of
     // them would keep the seal and the advances, which wait for it, waiting).
@@ -122,20 +140,33 @@ pub async fn join(
                 if let Some(cap) = cap {
                     if !claim(&mut tx, voucher, cap).await? {
                         tx.rollback().await?;
-                        return Ok(Err(NotJoined::AddressCap));
+                        return Ok(Some(Err(NotJoined::AddressCap)));
                     }
                 }
             }
             tx.commit().await?;
-            return Ok(Ok(Joined {
+            return Ok(Some(Ok(Joined {
                 place: None,
                 new: made == 1,
-            }));
+            })));
         }
         // Late after all: let the share lock go before asking for the exclusive
         // one (two joiners upgrading at once would deadlock).
         tx.rollback().await?;
     }
+    Ok(None)
+}
+
+/// A late arrival's join: the next place, taken with the queue's row held
+/// exclusively once it is sealed; while it is not, the seal is started and the
+/// shopper told to try again.
+async fn join_late(
+    pg: &PgPool,
+    voucher: i64,
+    user: i64,
+    begin_at: DateTime<Utc>,
+    cap: Option<&Cap>,
+) -> Result<std::result::Result<Joined, NotJoined>> {
     // Late: once sealed, exclusively (the row is then held only briefly, by
     // advances and other late joins). Unsealed: the seal runs; no waiting on it.
     let sealed: bool = sqlx::query_scalar("SELECT sealed FROM admission_queues WHERE voucher_id = $1")
@@ -245,81 +276,4 @@ pub(super) async fn lock(tx: &mut PgConnection, voucher: i64) -> Result<Locked> 
         paused_at: r.get("paused_at"),
         paused_secs: r.get("paused_secs"),
     })
-}
-
-/// The queues this process is sealing now.
-static SEALING: LazyLock<Mutex<HashSet<i64>>> = LazyLock::new(Default::default);
-
-/// Takes `voucher` out of [`SEALING`] when its seal task ends, however it ends.
-struct Sealed(i64);
-
-impl Drop for Sealed {
-    fn drop(&mut self) {
-        SEALING.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.0);
-    }
-}
-
-/// Seals `voucher`'s queue in a task of its own, unless this process is at it
-/// already: no request waits for it.
-pub fn seal_in_background(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) {
-    if !SEALING.lock().unwrap_or_else(|e| e.into_inner()).insert(voucher) {
-        return;
-    }
-    let pg = pg.clone();
-    tokio::spawn(async move {
-        let _done = Sealed(voucher);
-        if let Err(e) = seal_now(&pg, voucher, begin_at).await {
-            tracing::warn!(voucher_id = voucher, error = ?e, "queue not sealed; the next advance tries again");
-        }
-    });
-}
-
-/// Seals the queue if the sale has begun and nobody has, or is (the row taken
-/// without waiting: an instance sealing holds it, and so, briefly, does an early
-/// join): true if this call sealed it.
-pub async fn seal_now(pg: &PgPool, voucher: i64, begin_at: DateTime<Utc>) -> Result<bool> {
-    let mut tx = pg.begin().await?;
-    let unsealed: Option<bool> = sqlx::query_scalar(
-        "SELECT NOT sealed FROM admission_queues
-          WHERE voucher_id = $1 AND clock_timestamp() >= $2 FOR UPDATE SKIP LOCKED",
-    )
-    .bind(voucher)
-    .bind(begin_at)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if unsealed != Some(true) {
-        return Ok(false);
-    }
-    let early = seal(&mut tx, voucher, begin_at).await?;
-    tx.commit().await?;
-    tracing::info!(voucher_id = voucher, early, "queue sealed");
-    Ok(true)
-}
-
-/// Numbers the early arrivals by their draws (the queue's row locked, the sale
-/// begun). The frontier's clock starts at `begin_at`.
-async fn seal(tx: &mut PgConnection, voucher: i64, begin_at: DateTime<Utc>) -> Result<i64> {
-    // One statement over every early arrival: a large crowd must not be cut short
-    // by the statement timeout and retried forever.
-    sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
-    let early = sqlx::query(
-        "UPDATE queue_places q SET place = r.rn
-           FROM (SELECT user_id, row_number() OVER (ORDER BY draw, user_id) AS rn
-                   FROM queue_places WHERE voucher_id = $1) r
-          WHERE q.voucher_id = $1 AND q.user_id = r.user_id",
-    )
-    .bind(voucher)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected() as i64;
-    sqlx::query(
-        "UPDATE admission_queues SET sealed = true, next_place = $2, advanced_at = $3, carry = 0
-          WHERE voucher_id = $1",
-    )
-    .bind(voucher)
-    .bind(early)
-    .bind(begin_at)
-    .execute(&mut *tx)
-    .await?;
-    Ok(early)
 }

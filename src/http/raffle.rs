@@ -1,5 +1,7 @@
 //! The raffle of a `raffle` sale: entering, the public commitment, seed, entries
 //! and winners, and a shopper's own result with its admission token.
+mod bodies;
+
 use super::auth::Shopper;
 use super::challenge::{proof_of_work, sale};
 use super::error::ApiError;
@@ -8,19 +10,17 @@ use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
 use crate::admit::draw::{self, Submitted};
-use crate::admit::raffle::{self, Entered, PublicEntry, Summary};
+use crate::admit::raffle::{self, Entered, Summary};
 use crate::admit::Mode;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
+use chrono::{Duration, Utc};
 use serde_json::Value;
-use utoipa::ToSchema;
+
+pub use bodies::{BeaconRound, EntriesQuery, EntryPage, MyEntry};
 
 /// How long a winner's admission token lasts (a poll gives a new one).
 const WINNER_TOKEN_SECS: i64 = 300;
-/// Largest page of entries.
-const MAX_PAGE: i64 = 1000;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/vouchers/{id}/raffle", web::get().to(raffle_summary))
@@ -47,23 +47,6 @@ async fn raffle_sale(state: &AppState, id: i64) -> Result<crate::voucher::model:
         return Err(not_a_raffle());
     }
     Ok(flash)
-}
-
-/// A shopper's entry.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct MyEntry {
-    /// As the published entry list shows it.
-    pub entry: String,
-    pub draw_at: DateTime<Utc>,
-    /// Whether the draw has happened.
-    pub drawn: bool,
-    /// Null before the draw.
-    pub won: Option<bool>,
-    /// A winner's token for `POST /api/v1/vouchers/{id}/orders` (header
-    /// `X-Admission-Token`), valid until `admission_expires_at`; polling again
-    /// gives a new one while the sale lasts.
-    pub admission_token: Option<String>,
-    pub admission_expires_at: Option<DateTime<Utc>>,
 }
 
 #[utoipa::path(post, path = "/api/v1/vouchers/{id}/raffle/entries", tag = "admission", security(("bearer" = [])),
@@ -192,22 +175,6 @@ pub async fn raffle_summary(
     Ok(web::Json(summary))
 }
 
-#[derive(Deserialize)]
-pub struct EntriesQuery {
-    after: Option<String>,
-    limit: Option<String>,
-    won: Option<String>,
-}
-
-/// A page of entries.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct EntryPage {
-    /// In entry order.
-    pub items: Vec<PublicEntry>,
-    /// The `after` of the next page; null on the last.
-    pub next_after: Option<String>,
-}
-
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/raffle/entries", tag = "admission",
     params(("id" = i64, Path, minimum = 1, description = "voucher id"),
         ("after" = Option<String>, Query, pattern = "^[0-9a-f]{64}$", description = "only entries after this one (the previous page's next_after)"),
@@ -224,67 +191,13 @@ pub async fn raffle_entries(
     q: web::Query<EntriesQuery>,
 ) -> Result<web::Json<EntryPage>, ApiError> {
     let id = path_id(&path)?;
-    let after = q.after.as_deref();
-    if let Some(a) = after {
-        if a.len() != 64 || !a.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-            return Err(ApiError::validation(
-                "after",
-                "must be an entry: 64 lower-case hex digits",
-            ));
-        }
-    }
-    let limit = match q.limit.as_deref() {
-        None => MAX_PAGE,
-        Some(raw) => raw
-            .parse::<i64>()
-            .ok()
-            .filter(|n| (1..=MAX_PAGE).contains(n))
-            .ok_or_else(|| ApiError::validation("limit", format!("must be a whole number from 1 to {MAX_PAGE}")))?,
-    };
-    let won = match q.won.as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(_) => return Err(ApiError::validation("won", "must be true or false")),
-    };
+    let (after, limit, won) = q.checked()?;
     raffle_sale(&state, id).await?;
     let items = raffle::entries(&state.pg, id, after, limit, won).await?;
     let next_after = (items.len() as i64 == limit)
         .then(|| items.last().map(|e| e.entry.clone()))
         .flatten();
     Ok(web::Json(EntryPage { items, next_after }))
-}
-
-/// A beacon round's signature, as drand publishes it.
-#[derive(Clone, Debug, ToSchema)]
-pub struct BeaconRound {
-    /// The round the sale named (its summary's `beacon.round`).
-    #[schema(minimum = 1)]
-    pub round: i64,
-    /// The round's BLS signature in hex (drand's `signature`).
-    #[schema(pattern = "^[0-9a-fA-F]{96}$")]
-    pub signature: String,
-}
-
-impl BeaconRound {
-    fn parse(body: &Value) -> Result<Self, ApiError> {
-        let field = |name: &str| {
-            body.get(name)
-                .filter(|v| !v.is_null())
-                .ok_or_else(|| ApiError::validation(name, "is required"))
-        };
-        let round = crate::validate::whole(field("round")?, "round", 1, i64::MAX)?;
-        let signature = crate::validate::string(field("signature")?, "signature")?;
-        if signature.len() != 96 || !signature.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(ApiError::validation(
-                "signature",
-                "must be 96 hex digits (a compressed G1 point)",
-            ));
-        }
-        Ok(Self {
-            round,
-            signature: signature.to_owned(),
-        })
-    }
 }
 
 #[utoipa::path(post, path = "/api/v1/vouchers/{id}/raffle/beacon", tag = "admission",

@@ -1,87 +1,19 @@
 //! Signing and verifying tokens: the claims, the [`TokenPolicy`] a token must
 //! satisfy and the [`JwtKeys`]: HS256 secrets by purpose, and an identity
 //! provider's keys ([`super::jwks`]).
+mod claims;
+
 use super::caller::{Caller, Role};
 use super::hs256::{Hs256, Refusal};
 use super::jwks::{Jwks, NoKey};
 use super::recent::RecentTokens;
 use crate::http::error::ApiError;
+use claims::{parse_claims, Audience, Claims};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, Validation};
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Claims {
-    pub(super) sub: String,
-    pub(super) exp: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) role: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) iat: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) iss: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) aud: Option<Audience>,
-    /// Not before: checked when present (this service mints none); `null` is
-    /// refused, as jsonwebtoken refused it.
-    #[serde(default, deserialize_with = "present_u64", skip_serializing_if = "Option::is_none")]
-    pub(super) nbf: Option<u64>,
-}
-
-/// `aud`: one audience, or several (identity providers send either).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-pub(super) enum Audience {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Audience {
-    fn contains(&self, aud: &str) -> bool {
-        match self {
-            Self::One(a) => a == aud,
-            Self::Many(all) => all.iter().any(|a| a == aud),
-        }
-    }
-}
-
-/// A claim that may be absent (`#[serde(default)]`) but, when present, is a number.
-fn present_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    u64::deserialize(d).map(Some)
-}
-
-/// What a token must satisfy beyond its signature and `exp`.
-#[derive(Clone, Debug)]
-pub struct TokenPolicy {
-    /// Longest lifetime accepted, in seconds: a token minted for a year is as
-    /// good as a password that never changes.
-    pub max_ttl_secs: u64,
-    /// Required `iss`, when set (and put in minted tokens).
-    pub issuer: Option<String>,
-    /// Required `aud`, when set (and put in minted tokens).
-    pub audience: Option<String>,
-}
-
-impl Default for TokenPolicy {
-    fn default() -> Self {
-        Self {
-            max_ttl_secs: crate::config::DEFAULT_JWT_MAX_TTL_SECS,
-            issuer: None,
-            audience: None,
-        }
-    }
-}
-
-impl TokenPolicy {
-    pub fn from_settings(s: &crate::config::Settings) -> Self {
-        Self {
-            max_ttl_secs: s.jwt_max_ttl_secs,
-            issuer: s.jwt_issuer.clone(),
-            audience: s.jwt_audience.clone(),
-        }
-    }
-}
+pub use claims::TokenPolicy;
 
 /// One HS256 secret, to sign and to verify with.
 struct HsKey {
@@ -347,8 +279,4 @@ impl JwtKeys {
         self.recent.put(token, caller, claims.exp);
         Ok(caller)
     }
-}
-
-fn parse_claims(json: &[u8]) -> Result<Claims, Refusal> {
-    serde_json::from_slice(json).map_err(|_| "claims are not as expected")
 }
