@@ -48,10 +48,11 @@ pub enum Submitted {
 /// The chain and round a raffle draws with, and whether its entries are closed
 /// by Postgres's clock.
 async fn committed(pg: &PgPool, voucher: i64) -> Result<Option<(Chain, i64, bool)>> {
-    let r = sqlx::query(
+    let r = sqlx::query(&format!(
         "SELECT r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, clock_timestamp() >= s.draw_at AS due
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
-    )
+           FROM raffles r {SALE} WHERE r.voucher_id = $1",
+        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+    ))
     .bind(voucher)
     .fetch_optional(pg)
     .await?
@@ -110,13 +111,14 @@ pub async fn submit(pg: &PgPool, voucher: i64, round: i64, signature: &str) -> R
 /// Closes and draws every raffle that is due (each as far as it can go now);
 /// one raffle's failure is logged and the others go on.
 pub async fn settle_due(pg: &PgPool) -> Result<()> {
-    let due: Vec<i64> = sqlx::query_scalar(
+    let due: Vec<i64> = sqlx::query_scalar(&format!(
         "SELECT r.voucher_id
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+           FROM raffles r {SALE}
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
           WHERE r.drawn_at IS NULL AND s.draw_at <= clock_timestamp()
             AND (r.closed_at IS NULL OR b.voucher_id IS NOT NULL)",
-    )
+        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+    ))
     .fetch_all(pg)
     .await?;
     for voucher in due {

@@ -91,10 +91,11 @@ async fn try_enter(
     let entry = entry.to_owned();
     // Without a lock first: entered already, or closed by Postgres's clock, takes
     // no share lock (a stream of them would keep the close from the row).
-    let open_now: Option<bool> = sqlx::query_scalar(
+    let open_now: Option<bool> = sqlx::query_scalar(&format!(
         "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id WHERE r.voucher_id = $1",
-    )
+           FROM raffles r {SALE} WHERE r.voucher_id = $1",
+        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+    ))
     .bind(voucher)
     .fetch_optional(pg)
     .await?;
@@ -104,11 +105,12 @@ async fn try_enter(
     let mut tx = pg.begin().await?;
     // Without waiting: only the close and the draw hold the row exclusively, and
     // both run past draw_at, when entries are closed.
-    let open: bool = match sqlx::query_scalar(
+    let open: bool = match sqlx::query_scalar(&format!(
         "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+           FROM raffles r {SALE}
           WHERE r.voucher_id = $1 FOR SHARE OF r NOWAIT",
-    )
+        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+    ))
     .bind(voucher)
     .fetch_optional(&mut *tx)
     .await

@@ -11,6 +11,7 @@ pub mod refill;
 pub mod repo;
 pub mod sales;
 pub mod shards;
+pub mod sql;
 pub mod stock;
 pub mod topup;
 pub mod view;

@@ -29,11 +29,7 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     if mine.is_none() {
         return Ok(false);
     }
-    let due: bool =
-        sqlx::query_scalar("SELECT clock_timestamp() >= draw_at FROM seckill_vouchers WHERE voucher_id = $1")
-            .bind(voucher)
-            .fetch_one(&mut *tx)
-            .await?;
+    let due = crate::voucher::sql::draw_due(&mut tx, voucher).await?;
     if !due {
         return Ok(false);
     }
@@ -49,10 +45,7 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     .await?;
     // Last, and in share mode: a top-up that checked the clock before draw_at and
     // has not committed is waited for (briefly) and counted.
-    let stock: i32 = sqlx::query_scalar("SELECT total_stock FROM seckill_vouchers WHERE voucher_id = $1 FOR SHARE")
-        .bind(voucher)
-        .fetch_one(&mut *tx)
-        .await?;
+    let stock = crate::voucher::sql::total_stock_shared(&mut tx, voucher).await?;
     let winners = count.min(i64::from(stock.max(0)));
     let moved = unpublished_round(&mut tx, voucher).await?;
     sqlx::query(

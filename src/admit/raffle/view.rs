@@ -56,17 +56,18 @@ pub const SUMMARY_REFRESH: std::time::Duration = std::time::Duration::from_milli
 /// The raffle's public state. Reads only: the close and the draw happen in the
 /// background ([`super::super::draw`]).
 pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
-    let r = sqlx::query(
+    let r = sqlx::query(&format!(
         "SELECT r.commitment, s.draw_at, CASE WHEN r.drawn_at IS NOT NULL THEN r.seed END AS seed, r.drawn_at,
                 r.closed_at, r.winners, r.list_hash, clock_timestamp() >= s.draw_at AS due,
                 coalesce(r.entries::bigint,
                          (SELECT count(*) FROM raffle_entries e WHERE e.voucher_id = r.voucher_id)) AS entries,
                 r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, r.beacon_named_round,
                 b.signature, b.randomness
-           FROM raffles r JOIN seckill_vouchers s ON s.voucher_id = r.voucher_id
+           FROM raffles r {SALE}
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id AND b.round = r.beacon_round
           WHERE r.voucher_id = $1",
-    )
+        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+    ))
     .bind(voucher)
     .fetch_optional(pg)
     .await?
