@@ -210,21 +210,31 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -
     Ok(None)
 }
 
+/// One move of units between two shards of a sale: what each of its steps and its
+/// entry in the registry of moves under way name it by.
+#[derive(Clone, Copy, Debug)]
+pub struct Move<'a> {
+    pub voucher: i64,
+    pub shards: u32,
+    /// The donor.
+    pub from: u32,
+    /// The receiver.
+    pub to: u32,
+    /// The move's id, which makes each step idempotent.
+    pub transfer: &'a str,
+}
+
 /// Step 1 on the donor: the units given (or < 0, see `lua/shard_give.lua`) and
 /// the donor's sequence, which the take needs. The caller's floor for the donor is
 /// passed and raised.
-#[allow(clippy::too_many_arguments)]
-pub async fn give(
-    conn: &mut Conn,
-    keys: &Keys,
-    floors: &Floors,
-    voucher: i64,
-    shards: u32,
-    from: u32,
-    to: u32,
-    transfer: &str,
-    want: i64,
-) -> Result<(i64, i64)> {
+pub async fn give(conn: &mut Conn, keys: &Keys, floors: &Floors, mv: &Move<'_>, want: i64) -> Result<(i64, i64)> {
+    let Move {
+        voucher,
+        shards,
+        from,
+        to,
+        transfer,
+    } = *mv;
     let tag = crate::keys::shard_tag(voucher, from, shards);
     let (n, seq): (i64, i64) = GIVE
         .key(keys.stock_at(voucher, from, shards))
@@ -246,18 +256,21 @@ pub async fn give(
 
 /// Step 2 on the receiver (see `lua/shard_take.lua`): `given_at` is the donor's
 /// sequence when it gave.
-#[allow(clippy::too_many_arguments)]
 pub async fn take(
     conn: &mut Conn,
     keys: &Keys,
     floors: &Floors,
-    voucher: i64,
-    shards: u32,
-    to: u32,
-    transfer: &str,
+    mv: &Move<'_>,
     units: i64,
     given_at: i64,
 ) -> Result<i64> {
+    let Move {
+        voucher,
+        shards,
+        to,
+        transfer,
+        ..
+    } = *mv;
     let tag = crate::keys::shard_tag(voucher, to, shards);
     let (code, seq): (i64, i64) = TAKE
         .key(keys.stock_at(voucher, to, shards))
@@ -277,7 +290,14 @@ pub async fn take(
 }
 
 /// Step 3 on the donor (see `lua/shard_done.lua`).
-pub async fn done(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32, from: u32, transfer: &str) -> Result<()> {
+pub async fn done(conn: &mut Conn, keys: &Keys, mv: &Move<'_>) -> Result<()> {
+    let Move {
+        voucher,
+        shards,
+        from,
+        transfer,
+        ..
+    } = *mv;
     let _: i64 = DONE
         .key(keys.given_at(voucher, from, shards))
         .key(keys.moved_at(voucher, from, shards))
@@ -302,23 +322,19 @@ pub async fn settle(
     let mut closed = 0;
     for p in &snap.pending {
         let given_at = snap.shards.get(p.from as usize).map_or(0, |s| s.seq);
-        let r = take(
-            conn,
-            keys,
-            floors,
+        let mv = Move {
             voucher,
             shards,
-            p.to,
-            &p.transfer,
-            p.units,
-            given_at,
-        )
-        .await?;
+            from: p.from,
+            to: p.to,
+            transfer: &p.transfer,
+        };
+        let r = take(conn, keys, floors, &mv, p.units, given_at).await?;
         if r < 0 {
             tracing::warn!(voucher, transfer = %p.transfer, code = r, "a move cannot be taken; left for the repair");
             continue;
         }
-        done(conn, keys, voucher, shards, p.from, &p.transfer).await?;
+        done(conn, keys, &mv).await?;
         closed += 1;
     }
     Ok(closed)
