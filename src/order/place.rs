@@ -35,7 +35,7 @@ use crate::clock_skew::ClockSkew;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::{Entry, VoucherCache};
+use crate::voucher::cache::{Entry, Observed, VoucherCache};
 use crate::voucher::refill::{refill, Refill};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -160,13 +160,16 @@ impl OrderDesk {
         })?;
         let shards = flash.shards();
         let shard = crate::keys::shard_of(user_id, shards);
+        let ask = Ask {
+            user_id,
+            order_id,
+            created_ms: now.timestamp_millis(),
+        };
         let mut refills = 0;
         let mut tries = 0;
         let outcome = loop {
             tries += 1;
-            let r = self
-                .reserve_at(voucher_id, shard, shards, user_id, order_id, now.timestamp_millis())
-                .await?;
+            let r = self.reserve_at(voucher_id, shard, shards, ask).await?;
             if r != Reservation::SoldOut || shards == 1 {
                 break r;
             }
@@ -176,24 +179,7 @@ impl OrderDesk {
                     1,
                 ));
             }
-            let mover = self.movers.get(voucher_id);
-            let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
-            let refill = {
-                let mut last = mover.last.lock().await;
-                match *last {
-                    // A refill that started after this request's shard was found dry.
-                    (n, Some(answer)) if n > dry_at => answer,
-                    _ => {
-                        refills += 1;
-                        let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-                        let answer =
-                            refill(&self.redis, &self.keys, self.recovery(), voucher_id, shards, shard).await?;
-                        *last = (n, Some(answer));
-                        answer
-                    }
-                }
-            };
-            match refill {
+            match self.refill_dry(voucher_id, shards, shard, &mut refills).await? {
                 Refill::Retry => continue,
                 Refill::SoldOut => break Reservation::SoldOut,
                 Refill::NotLoaded => break Reservation::NotLoaded,
@@ -207,6 +193,40 @@ impl OrderDesk {
                 }
             }
         };
+        self.answer(&entry, seen, order_id, outcome)
+    }
+
+    /// Brings units to dry shard `shard` of the sale: runs a refill, counted in
+    /// `refills`, or takes the answer of one that started after this request found
+    /// the shard dry (see [`Movers`]).
+    async fn refill_dry(
+        &self,
+        voucher_id: i64,
+        shards: u32,
+        shard: u32,
+        refills: &mut usize,
+    ) -> Result<Refill, Refusal> {
+        let mover = self.movers.get(voucher_id);
+        let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
+        let mut last = mover.last.lock().await;
+        match *last {
+            // A refill that started after this request's shard was found dry.
+            (n, Some(answer)) if n > dry_at => Ok(answer),
+            _ => {
+                *refills += 1;
+                let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+                let answer = refill(&self.redis, &self.keys, self.recovery(), voucher_id, shards, shard).await?;
+                *last = (n, Some(answer));
+                Ok(answer)
+            }
+        }
+    }
+
+    /// The shopper's answer to what the script (or a refill) decided for order
+    /// `order_id`; the sale's sold-out flag is set or cleared against `seen`, and a
+    /// shard found lost or behind is reported.
+    fn answer(&self, entry: &Entry, seen: Observed, order_id: i64, outcome: Reservation) -> Result<i64, Refusal> {
+        let voucher_id = entry.voucher.id;
         match outcome {
             Reservation::Accepted { .. } => {
                 entry.in_stock(seen);
@@ -279,21 +299,7 @@ impl OrderDesk {
 
     /// Runs the script for one order on one shard of the sale (with the other
     /// orders at that shard's gate, see `reserve.rs`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn reserve_at(
-        &self,
-        voucher_id: i64,
-        shard: u32,
-        shards: u32,
-        user_id: i64,
-        order_id: i64,
-        created_ms: i64,
-    ) -> anyhow::Result<Reservation> {
-        let ask = Ask {
-            user_id,
-            order_id,
-            created_ms,
-        };
+    pub async fn reserve_at(&self, voucher_id: i64, shard: u32, shards: u32, ask: Ask) -> anyhow::Result<Reservation> {
         let redis = self.on_this_thread();
         self.reserver.reserve(&redis, voucher_id, shard, shards, ask).await
     }
