@@ -23,6 +23,8 @@
 //! go over a pool of connections of their own rather than the shared one. Past the
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
+mod handles;
+
 use super::id_worker::IdWorker;
 pub use super::movers::Movers;
 use super::refusal::unavailable;
@@ -79,13 +81,6 @@ pub struct OrderDesk {
     pub movers: Arc<Movers>,
     /// The gates that coalesce each shard's reservations (see `reserve.rs`).
     pub reserver: Arc<Reserver>,
-}
-
-thread_local! {
-    /// Per order desk (known by its `movers`, whose weak reference also tells that
-    /// the desk is gone), this thread's Redis handle. Shared, not cloned, per order:
-    /// a `Redis` clone copies its clients' connection details (strings).
-    static HOT: std::cell::RefCell<Vec<(std::sync::Weak<Movers>, Arc<Redis>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How many moves one order request may ask for before it answers 503.
@@ -278,23 +273,6 @@ impl OrderDesk {
     /// The recovery desk: which sales this process has closed, its floors.
     fn recovery(&self) -> &crate::recovery::Recovery {
         &self.reserver.recovery
-    }
-
-    /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),
-    /// made on first use.
-    fn on_this_thread(&self) -> Arc<Redis> {
-        HOT.with(|hot| {
-            let mut hot = hot.borrow_mut();
-            // A live weak reference to this desk's `movers` is this desk: the
-            // allocation cannot be reused while the reference exists.
-            if let Some((_, r)) = hot.iter().find(|(desk, _)| desk.as_ptr() == Arc::as_ptr(&self.movers)) {
-                return r.clone();
-            }
-            hot.retain(|(desk, _)| desk.strong_count() > 0);
-            let r = Arc::new(self.redis.on_this_thread());
-            hot.push((Arc::downgrade(&self.movers), r.clone()));
-            r
-        })
     }
 
     /// Runs the script for one order on one shard of the sale (with the other
