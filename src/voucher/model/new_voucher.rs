@@ -41,6 +41,40 @@ impl NewVoucher {
         let rules = text(obj, "rules", 4096, Lines::Many)?;
         let pay_value = whole(required(obj, "pay_value")?, "pay_value", 0, MAX_MONEY)?;
         let actual_value = whole(required(obj, "actual_value")?, "actual_value", 0, MAX_MONEY)?;
+        let (flash, raffle_beacon) = FlashFields::read(obj)?.sale()?;
+        Ok(Self {
+            shop_id,
+            title,
+            sub_title,
+            rules,
+            pay_value,
+            actual_value,
+            flash,
+            beacon: raffle_beacon,
+        })
+    }
+}
+
+/// A body's flash-sale fields, each checked on its own (None when absent or
+/// null); [`FlashFields::sale`] checks them together.
+struct FlashFields {
+    stock: Option<i64>,
+    begin_at: Option<chrono::DateTime<chrono::Utc>>,
+    end_at: Option<chrono::DateTime<chrono::Utc>>,
+    stock_shards: Option<i64>,
+    admission: Option<Mode>,
+    admit_rate: Option<i64>,
+    turn_secs: Option<i64>,
+    draw_at: Option<chrono::DateTime<chrono::Utc>>,
+    pow_difficulty: Option<i64>,
+    beacon: Option<(Chain, Option<i64>)>,
+    address_cap: Option<i64>,
+}
+
+impl FlashFields {
+    /// Reads the flash-sale fields of `obj`, in the order their problems are
+    /// reported.
+    fn read(obj: &serde_json::Map<String, Value>) -> Result<Self, ValidationError> {
         let stock = optional(obj, "stock")
             .map(|v| whole(v, "stock", 0, MAX_STOCK))
             .transpose()?;
@@ -70,19 +104,37 @@ impl NewVoucher {
         let address_cap = optional(obj, "address_cap")
             .map(|v| whole(v, "address_cap", 1, MAX_ADDRESS_CAP))
             .transpose()?;
+        Ok(Self {
+            stock,
+            begin_at,
+            end_at,
+            stock_shards,
+            admission,
+            admit_rate,
+            turn_secs,
+            draw_at,
+            pow_difficulty,
+            beacon,
+            address_cap,
+        })
+    }
+
+    /// The flash sale these fields make, and a raffle's beacon; None for an
+    /// ordinary voucher (no `stock`, `begin_at` or `end_at`), which gives none of
+    /// the other fields either.
+    fn sale(self) -> Result<(Option<FlashSale>, Option<Beacon>), ValidationError> {
         let admission_given = [
-            ("admission", admission.is_some()),
-            ("admit_rate", admit_rate.is_some()),
-            ("turn_secs", turn_secs.is_some()),
-            ("draw_at", draw_at.is_some()),
-            ("pow_difficulty", pow_difficulty.is_some()),
-            ("beacon", beacon.is_some()),
-            ("address_cap", address_cap.is_some()),
+            ("admission", self.admission.is_some()),
+            ("admit_rate", self.admit_rate.is_some()),
+            ("turn_secs", self.turn_secs.is_some()),
+            ("draw_at", self.draw_at.is_some()),
+            ("pow_difficulty", self.pow_difficulty.is_some()),
+            ("beacon", self.beacon.is_some()),
+            ("address_cap", self.address_cap.is_some()),
         ];
-        let mut raffle_beacon = None;
-        let flash = match (stock, begin_at, end_at) {
-            (None, None, None) if stock_shards.is_some() => {
-                return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
+        match (self.stock, self.begin_at, self.end_at) {
+            (None, None, None) if self.stock_shards.is_some() => {
+                Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
             }
             (None, None, None) if admission_given.iter().any(|(_, given)| *given) => {
                 let field = admission_given
@@ -90,71 +142,84 @@ impl NewVoucher {
                     .find(|(_, given)| *given)
                     .map(|(f, _)| *f)
                     .unwrap_or("admission");
-                return Err(ValidationError::new(field, "is only for a flash-sale voucher"));
+                Err(ValidationError::new(field, "is only for a flash-sale voucher"))
             }
-            (None, None, None) => None,
-            (None, _, _) => {
-                return Err(ValidationError::new(
-                    "stock",
-                    "is required for a flash-sale voucher (begin_at/end_at given)",
-                ))
-            }
-            (Some(_), None, _) => return Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
-            (Some(_), _, None) => return Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
+            (None, None, None) => Ok((None, None)),
+            (None, _, _) => Err(ValidationError::new(
+                "stock",
+                "is required for a flash-sale voucher (begin_at/end_at given)",
+            )),
+            (Some(_), None, _) => Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
+            (Some(_), _, None) => Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
             (Some(stock), Some(begin_at), Some(end_at)) => {
-                if begin_at >= end_at {
-                    return Err(ValidationError::new("end_at", "must be after begin_at"));
-                }
-                let admission = admission.unwrap_or_default();
-                let queue = admission == Mode::Queue;
-                if admission == Mode::Raffle {
-                    // A draw in the past would close the entries at once; one at or
-                    // after the end would leave the winners no time to order.
-                    let draw = draw_at.unwrap_or(begin_at);
-                    if draw <= chrono::Utc::now() {
-                        return Err(ValidationError::new(
-                            "draw_at",
-                            "must be in the future (it defaults to begin_at)",
-                        ));
-                    }
-                    if draw >= end_at {
-                        return Err(ValidationError::new("draw_at", "must be before end_at"));
-                    }
-                    raffle_beacon = Some(beacon_of(beacon, draw)?);
-                }
-                Some(FlashSale {
-                    stock: stock as i32,
-                    begin_at,
-                    end_at,
-                    stock_shards: stock_shards.unwrap_or(1) as i32,
-                    admission,
-                    admit_rate: queue.then(|| admit_rate.unwrap_or(DEFAULT_ADMIT_RATE) as i32),
-                    turn_secs: queue.then(|| turn_secs.unwrap_or(DEFAULT_TURN_SECS) as i32),
-                    draw_at: (admission == Mode::Raffle).then(|| draw_at.unwrap_or(begin_at)),
-                    pow_difficulty: if admission.gated() {
-                        pow_difficulty.unwrap_or(0) as i32
-                    } else {
-                        0
-                    },
-                    queue_paused_ms: 0,
-                    address_cap: if admission.gated() {
-                        address_cap.map(|c| c as i32)
-                    } else {
-                        None
-                    },
-                })
+                let (sale, raffle_beacon) = self.flash_sale(stock, begin_at, end_at)?;
+                Ok((Some(sale), raffle_beacon))
             }
+        }
+    }
+
+    /// The flash sale of `stock` units from `begin_at` to `end_at` these fields
+    /// make, and a raffle's beacon (None for the other modes).
+    fn flash_sale(
+        self,
+        stock: i64,
+        begin_at: chrono::DateTime<chrono::Utc>,
+        end_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(FlashSale, Option<Beacon>), ValidationError> {
+        let FlashFields {
+            stock_shards,
+            admission,
+            admit_rate,
+            turn_secs,
+            draw_at,
+            pow_difficulty,
+            beacon,
+            address_cap,
+            ..
+        } = self;
+        if begin_at >= end_at {
+            return Err(ValidationError::new("end_at", "must be after begin_at"));
+        }
+        let admission = admission.unwrap_or_default();
+        let queue = admission == Mode::Queue;
+        let mut raffle_beacon = None;
+        if admission == Mode::Raffle {
+            // A draw in the past would close the entries at once; one at or
+            // after the end would leave the winners no time to order.
+            let draw = draw_at.unwrap_or(begin_at);
+            if draw <= chrono::Utc::now() {
+                return Err(ValidationError::new(
+                    "draw_at",
+                    "must be in the future (it defaults to begin_at)",
+                ));
+            }
+            if draw >= end_at {
+                return Err(ValidationError::new("draw_at", "must be before end_at"));
+            }
+            raffle_beacon = Some(beacon_of(beacon, draw)?);
+        }
+        let sale = FlashSale {
+            stock: stock as i32,
+            begin_at,
+            end_at,
+            stock_shards: stock_shards.unwrap_or(1) as i32,
+            admission,
+            admit_rate: queue.then(|| admit_rate.unwrap_or(DEFAULT_ADMIT_RATE) as i32),
+            turn_secs: queue.then(|| turn_secs.unwrap_or(DEFAULT_TURN_SECS) as i32),
+            draw_at: (admission == Mode::Raffle).then(|| draw_at.unwrap_or(begin_at)),
+            pow_difficulty: if admission.gated() {
+                pow_difficulty.unwrap_or(0) as i32
+            } else {
+                0
+            },
+            queue_paused_ms: 0,
+            address_cap: if admission.gated() {
+                address_cap.map(|c| c as i32)
+            } else {
+                None
+            },
         };
-        Ok(Self {
-            shop_id,
-            title,
-            sub_title,
-            rules,
-            pay_value,
-            actual_value,
-            flash,
-            beacon: raffle_beacon,
-        })
+        Ok((sale, raffle_beacon))
     }
 }
 
