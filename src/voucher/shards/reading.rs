@@ -74,40 +74,45 @@ impl Snapshot {
     }
 }
 
+/// One shard's books as one `MULTI` reads them (see [`read_shard`]): stock,
+/// `given` entries, `taken` size, `admitted`, the old index's size, `returned`
+/// size, outbox length, `moved` size, sequence.
+type Reply = (
+    Option<i64>,
+    HashMap<String, String>,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+);
+
+/// One read of shard `k` in one `MULTI` (its keys share a slot), on `conn`, a
+/// clone of the caller's connection.
+async fn read_shard(mut conn: Conn, keys: &Keys, voucher: i64, k: u32, shards: u32) -> Result<Reply> {
+    let r: Reply = redis::pipe()
+        .atomic()
+        .get(keys.stock_at(voucher, k, shards))
+        .hgetall(keys.given_at(voucher, k, shards))
+        .scard(keys.taken_at(voucher, k, shards))
+        .get(keys.admitted_at(voucher, k, shards))
+        .hlen(keys.orders_at(voucher, k, shards))
+        .scard(keys.returned_at(voucher, k, shards))
+        .cmd("XLEN")
+        .arg(keys.outbox_at(voucher, k, shards))
+        .scard(keys.moved_at(voucher, k, shards))
+        .get(keys.seq_at(voucher, k, shards))
+        .query_async(&mut conn)
+        .await
+        .with_context(|| format!("reading shard {k} of sale {voucher}"))?;
+    anyhow::Ok(r)
+}
+
 /// One read of every shard, each in one `MULTI` (a shard's keys share a slot).
 async fn collect(conn: &mut Conn, keys: &Keys, voucher: i64, shards: u32) -> Result<Snapshot> {
-    let reads = (0..shards).map(|k| {
-        let mut conn = conn.clone();
-        async move {
-            type Reply = (
-                Option<i64>,
-                HashMap<String, String>,
-                i64,
-                Option<i64>,
-                i64,
-                i64,
-                i64,
-                i64,
-                Option<i64>,
-            );
-            let r: Reply = redis::pipe()
-                .atomic()
-                .get(keys.stock_at(voucher, k, shards))
-                .hgetall(keys.given_at(voucher, k, shards))
-                .scard(keys.taken_at(voucher, k, shards))
-                .get(keys.admitted_at(voucher, k, shards))
-                .hlen(keys.orders_at(voucher, k, shards))
-                .scard(keys.returned_at(voucher, k, shards))
-                .cmd("XLEN")
-                .arg(keys.outbox_at(voucher, k, shards))
-                .scard(keys.moved_at(voucher, k, shards))
-                .get(keys.seq_at(voucher, k, shards))
-                .query_async(&mut conn)
-                .await
-                .with_context(|| format!("reading shard {k} of sale {voucher}"))?;
-            anyhow::Ok(r)
-        }
-    });
+    let reads = (0..shards).map(|k| read_shard(conn.clone(), keys, voucher, k, shards));
     let replies = futures::future::try_join_all(reads).await?;
     let mut snap = Snapshot::default();
     for (k, (stock, given, taken, admitted, indexed, returned, outbox, moved, seq)) in replies.into_iter().enumerate() {
