@@ -22,6 +22,8 @@
 //! writes both; [`Lifecycle::sweep_unpaid`] and the payment timeout cancel through
 //! it, one order per transaction, and [`Lifecycle::recover_returns`] and
 //! [`Lifecycle::pay`] write one row per statement.
+mod canceller;
+
 use super::model::{Order, ORDER_COLUMNS};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
@@ -32,20 +34,9 @@ use sqlx::PgPool;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static RETURN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_return.lua")));
+pub use canceller::Canceller;
 
-/// Who cancels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Canceller {
-    /// The owner, through the API.
-    Owner(i64),
-    /// The payment window ran out (its timeout message names the id the shopper
-    /// holds).
-    Timeout,
-    /// The backstop of lost timeout messages ([`Lifecycle::sweep_unpaid`]): the
-    /// order stored under exactly this id.
-    Stale,
-}
+static RETURN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_return.lua")));
 
 #[derive(Clone)]
 pub struct Lifecycle {
@@ -95,10 +86,7 @@ impl Lifecycle {
     /// row.
     pub async fn cancel_in_pg(&self, order_id: i64, by: Canceller) -> Result<Option<(Order, StockReturn)>> {
         let mut tx = self.pg.begin().await?;
-        let owner = match by {
-            Canceller::Owner(u) => Some(u),
-            Canceller::Timeout | Canceller::Stale => None,
-        };
+        let owner = by.owner();
         // The order's row in Postgres. The owner's: the one `status::by_id` shows
         // them under `order_id`, whatever its status (so that a retried cancel
         // never reaches a second order under the same id). A timeout's: an unpaid
@@ -106,36 +94,7 @@ impl Lifecycle {
         // left). The sweep's: the row stored under `order_id` itself. An order's
         // voucher never changes: reading it unlocked is enough to find the row to
         // lock. No row locks nothing; the update below then finds nothing either.
-        let row: Option<(i64, i64)> = match by {
-            Canceller::Owner(u) => {
-                sqlx::query_as(
-                    "SELECT id, voucher_id FROM voucher_orders
-                      WHERE (id = $1 OR issued_id = $1) AND user_id = $2
-                      ORDER BY (id = $1) DESC, id LIMIT 1",
-                )
-                .bind(order_id)
-                .bind(u)
-                .fetch_optional(&mut *tx)
-                .await
-            }
-            Canceller::Timeout => {
-                sqlx::query_as(
-                    "SELECT id, voucher_id FROM voucher_orders
-                      WHERE (id = $1 OR issued_id = $1) AND status = 'created'
-                      ORDER BY (id = $1) DESC, id LIMIT 1",
-                )
-                .bind(order_id)
-                .fetch_optional(&mut *tx)
-                .await
-            }
-            Canceller::Stale => {
-                sqlx::query_as("SELECT id, voucher_id FROM voucher_orders WHERE id = $1")
-                    .bind(order_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-            }
-        }
-        .context("finding the order to cancel")?;
+        let row = by.order_row(&mut tx, order_id).await?;
         let Some((stored_id, voucher_id)) = row else {
             return Ok(None);
         };

@@ -23,6 +23,8 @@
 //! go over a pool of connections of their own rather than the shared one. Past the
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
+mod handles;
+
 use super::id_worker::IdWorker;
 pub use super::movers::Movers;
 use super::refusal::unavailable;
@@ -35,7 +37,7 @@ use crate::clock_skew::ClockSkew;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::{Entry, VoucherCache};
+use crate::voucher::cache::{Entry, Observed, VoucherCache};
 use crate::voucher::refill::{refill, Refill};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
@@ -79,13 +81,6 @@ pub struct OrderDesk {
     pub movers: Arc<Movers>,
     /// The gates that coalesce each shard's reservations (see `reserve.rs`).
     pub reserver: Arc<Reserver>,
-}
-
-thread_local! {
-    /// Per order desk (known by its `movers`, whose weak reference also tells that
-    /// the desk is gone), this thread's Redis handle. Shared, not cloned, per order:
-    /// a `Redis` clone copies its clients' connection details (strings).
-    static HOT: std::cell::RefCell<Vec<(std::sync::Weak<Movers>, Arc<Redis>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How many moves one order request may ask for before it answers 503.
@@ -160,13 +155,16 @@ impl OrderDesk {
         })?;
         let shards = flash.shards();
         let shard = crate::keys::shard_of(user_id, shards);
+        let ask = Ask {
+            user_id,
+            order_id,
+            created_ms: now.timestamp_millis(),
+        };
         let mut refills = 0;
         let mut tries = 0;
         let outcome = loop {
             tries += 1;
-            let r = self
-                .reserve_at(voucher_id, shard, shards, user_id, order_id, now.timestamp_millis())
-                .await?;
+            let r = self.reserve_at(voucher_id, shard, shards, ask).await?;
             if r != Reservation::SoldOut || shards == 1 {
                 break r;
             }
@@ -176,24 +174,7 @@ impl OrderDesk {
                     1,
                 ));
             }
-            let mover = self.movers.get(voucher_id);
-            let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
-            let refill = {
-                let mut last = mover.last.lock().await;
-                match *last {
-                    // A refill that started after this request's shard was found dry.
-                    (n, Some(answer)) if n > dry_at => answer,
-                    _ => {
-                        refills += 1;
-                        let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-                        let answer =
-                            refill(&self.redis, &self.keys, self.recovery(), voucher_id, shards, shard).await?;
-                        *last = (n, Some(answer));
-                        answer
-                    }
-                }
-            };
-            match refill {
+            match self.refill_dry(voucher_id, shards, shard, &mut refills).await? {
                 Refill::Retry => continue,
                 Refill::SoldOut => break Reservation::SoldOut,
                 Refill::NotLoaded => break Reservation::NotLoaded,
@@ -207,6 +188,40 @@ impl OrderDesk {
                 }
             }
         };
+        self.answer(&entry, seen, order_id, outcome)
+    }
+
+    /// Brings units to dry shard `shard` of the sale: runs a refill, counted in
+    /// `refills`, or takes the answer of one that started after this request found
+    /// the shard dry (see [`Movers`]).
+    async fn refill_dry(
+        &self,
+        voucher_id: i64,
+        shards: u32,
+        shard: u32,
+        refills: &mut usize,
+    ) -> Result<Refill, Refusal> {
+        let mover = self.movers.get(voucher_id);
+        let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
+        let mut last = mover.last.lock().await;
+        match *last {
+            // A refill that started after this request's shard was found dry.
+            (n, Some(answer)) if n > dry_at => Ok(answer),
+            _ => {
+                *refills += 1;
+                let n = mover.started.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+                let answer = refill(&self.redis, &self.keys, self.recovery(), voucher_id, shards, shard).await?;
+                *last = (n, Some(answer));
+                Ok(answer)
+            }
+        }
+    }
+
+    /// The shopper's answer to what the script (or a refill) decided for order
+    /// `order_id`; the sale's sold-out flag is set or cleared against `seen`, and a
+    /// shard found lost or behind is reported.
+    fn answer(&self, entry: &Entry, seen: Observed, order_id: i64, outcome: Reservation) -> Result<i64, Refusal> {
+        let voucher_id = entry.voucher.id;
         match outcome {
             Reservation::Accepted { .. } => {
                 entry.in_stock(seen);
@@ -260,40 +275,9 @@ impl OrderDesk {
         &self.reserver.recovery
     }
 
-    /// This thread's handle on the order path's Redis (see [`Redis::on_this_thread`]),
-    /// made on first use.
-    fn on_this_thread(&self) -> Arc<Redis> {
-        HOT.with(|hot| {
-            let mut hot = hot.borrow_mut();
-            // A live weak reference to this desk's `movers` is this desk: the
-            // allocation cannot be reused while the reference exists.
-            if let Some((_, r)) = hot.iter().find(|(desk, _)| desk.as_ptr() == Arc::as_ptr(&self.movers)) {
-                return r.clone();
-            }
-            hot.retain(|(desk, _)| desk.strong_count() > 0);
-            let r = Arc::new(self.redis.on_this_thread());
-            hot.push((Arc::downgrade(&self.movers), r.clone()));
-            r
-        })
-    }
-
     /// Runs the script for one order on one shard of the sale (with the other
     /// orders at that shard's gate, see `reserve.rs`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn reserve_at(
-        &self,
-        voucher_id: i64,
-        shard: u32,
-        shards: u32,
-        user_id: i64,
-        order_id: i64,
-        created_ms: i64,
-    ) -> anyhow::Result<Reservation> {
-        let ask = Ask {
-            user_id,
-            order_id,
-            created_ms,
-        };
+    pub async fn reserve_at(&self, voucher_id: i64, shard: u32, shards: u32, ask: Ask) -> anyhow::Result<Reservation> {
         let redis = self.on_this_thread();
         self.reserver.reserve(&redis, voucher_id, shard, shards, ask).await
     }

@@ -17,6 +17,8 @@
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 each call is followed by `WAIT` in
 //! the same pipeline, over the replication links, and an order is acknowledged
 //! only once that many replicas hold its call's writes.
+mod script;
+
 use super::replication::{reserve_and_wait, Replication};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
@@ -29,46 +31,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use tokio::sync::oneshot;
 
+use script::{decode_reply, script_args, short_of_replicas, split_reply};
+pub use script::{Ask, Reservation};
+
 static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
 
 /// The most orders one call carries.
 pub const MAX_BATCH: usize = 64;
-
-/// What `reserve.lua` decided for one order.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reservation {
-    Accepted {
-        stock_left: i64,
-    },
-    SoldOut,
-    /// The shopper has a live order for the sale: `order_id`, as the buyers hash
-    /// names it (None only if the hash held something that is not an id).
-    AlreadyOrdered {
-        order_id: Option<i64>,
-    },
-    /// Admitted on the master, but fewer than the required replicas acknowledged it
-    /// in time: not acknowledged to the shopper (503).
-    NotReplicated {
-        acked: i64,
-    },
-    /// Redis has no stock for the shard (it lost it, or a repair closed it): refuse,
-    /// never sell from nothing.
-    NotLoaded,
-    /// The shard is behind this process's floor: it went back in time and lost
-    /// writes this process saw. The script closed it; refuse.
-    Behind,
-    /// The sale is closed in this process (a shard lost or behind, a repair under
-    /// way): refuse without asking Redis.
-    Closed,
-}
-
-/// One order at a gate.
-#[derive(Clone, Copy, Debug)]
-pub struct Ask {
-    pub user_id: i64,
-    pub order_id: i64,
-    pub created_ms: i64,
-}
 
 type Answer = anyhow::Result<Reservation>;
 
@@ -287,33 +256,6 @@ impl Reserver {
     }
 }
 
-/// `reserve.lua`'s arguments for `asks`: the voucher, the caller's floor for the
-/// shard, the outbox entry of every order ("id,user,created_ms,..."), the outbox
-/// format to write (see `crate::outbox::format`), then each order's user and mark
-/// ("id:created_ms"). The entry and the marks come from the
-/// same asks here, in one place: the script writes them as they are when it
-/// accepts every order.
-fn script_args(voucher: i64, floor: i64, format: u32, asks: &[Ask]) -> Vec<String> {
-    use std::fmt::Write;
-    let mut args = Vec::with_capacity(4 + 2 * asks.len());
-    args.push(voucher.to_string());
-    args.push(floor.to_string());
-    let mut entry = String::with_capacity(48 * asks.len());
-    for (i, a) in asks.iter().enumerate() {
-        if i > 0 {
-            entry.push(',');
-        }
-        let _ = write!(entry, "{},{},{}", a.order_id, a.user_id, a.created_ms);
-    }
-    args.push(entry);
-    args.push(format.to_string());
-    for a in asks {
-        args.push(a.user_id.to_string());
-        args.push(format!("{}:{}", a.order_id, a.created_ms));
-    }
-    args
-}
-
 /// The answer of an order whose call ended without one (its task was stopped, e.g.
 /// at shutdown): the order may exist; a transient error, so 503 and a safe retry.
 fn lost_answer() -> anyhow::Error {
@@ -345,55 +287,6 @@ impl Drop for Opener<'_> {
             let _ = tx.send(Err(lost_answer()));
         }
     }
-}
-
-/// One order's answer from a call that fewer replicas than required acknowledged
-/// (`acked`): what the call admitted, or decided because of what it admitted, is
-/// not acknowledged. `ids`: the call's orders; `took`: whether it admitted any.
-fn short_of_replicas(
-    decided: Reservation,
-    acked: i64,
-    ids: &std::collections::HashSet<i64>,
-    took: bool,
-) -> Reservation {
-    match decided {
-        Reservation::Accepted { .. } => Reservation::NotReplicated { acked },
-        Reservation::AlreadyOrdered { order_id: Some(id) } if ids.contains(&id) => Reservation::NotReplicated { acked },
-        Reservation::SoldOut if took => Reservation::NotReplicated { acked },
-        other => other,
-    }
-}
-
-/// The script's reply: its status, the shard's sequence, and one reply per order
-/// (see `lua/reserve.lua`).
-fn split_reply(reply: Value) -> anyhow::Result<(i64, i64, Vec<Value>)> {
-    let Value::Array(mut parts) = reply else {
-        anyhow::bail!("reserve.lua returned {reply:?}, not a status, a sequence and the orders' replies");
-    };
-    if parts.len() < 2 {
-        anyhow::bail!("reserve.lua returned {parts:?}, without a status and a sequence");
-    }
-    let replies = parts.split_off(2);
-    let status: i64 = redis::from_redis_value_ref(&parts[0])?;
-    let seq: i64 = redis::from_redis_value_ref(&parts[1])?;
-    Ok((status, seq, replies))
-}
-
-/// One order's reply (see `lua/reserve.lua`).
-fn decode_reply(reply: Value) -> anyhow::Result<Reservation> {
-    Ok(match reply {
-        Value::Int(n) if n >= 0 => Reservation::Accepted { stock_left: n },
-        Value::Int(-1) => Reservation::SoldOut,
-        // {-2, the shopper's order id}.
-        Value::Array(parts) if parts.first() == Some(&Value::Int(-2)) => {
-            let order_id = parts
-                .get(1)
-                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
-                .and_then(|s| s.parse().ok());
-            Reservation::AlreadyOrdered { order_id }
-        }
-        other => anyhow::bail!("reserve.lua returned an unknown reply {other:?}"),
-    })
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@ use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
 use crate::keys::Keys;
 use crate::recovery::Repairing;
-use crate::redis_conn::Redis;
+use crate::redis_conn::{Conn, Redis};
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
-use chrono::Duration;
+use chrono::{DateTime, Duration, Utc};
 use sqlx::{PgExecutor, PgPool};
 use std::sync::Arc;
 
@@ -81,9 +81,23 @@ impl Lookup {
         let Some(made) = id_worker::created_at(order_id) else {
             return Ok(None);
         };
+        let candidates = self.candidates(made, owner);
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let mut conn = self.redis.conn().await?;
+        if let Some(user) = owner {
+            return self.pending_by_mark(&mut conn, candidates, order_id, user).await;
+        }
+        self.pending_by_scan(&mut conn, candidates, order_id).await
+    }
+
+    /// The shards (voucher, shard, shards) whose marks may name an order made at
+    /// `made`: of every flash sale whose window, give or take two seconds, holds
+    /// that instant, `owner`'s shard, or every shard for an admin (`owner` None).
+    fn candidates(&self, made: DateTime<Utc>, owner: Option<i64>) -> Vec<(i64, u32, u32)> {
         let slack = Duration::seconds(2);
-        let candidates: Vec<(i64, u32, u32)> = self
-            .cache
+        self.cache
             .flash_sales()
             .iter()
             .filter_map(|e| {
@@ -96,42 +110,58 @@ impl Lookup {
                     .filter(move |k| mine.is_none_or(|m| m == *k))
                     .map(move |k| (v, k, shards))
             })
-            .collect();
-        if candidates.is_empty() {
-            return Ok(None);
+            .collect()
+    }
+
+    /// The pending order `order_id` of shopper `user`, by their mark in each of
+    /// `candidates` (one pipelined call).
+    async fn pending_by_mark(
+        &self,
+        conn: &mut Conn,
+        candidates: Vec<(i64, u32, u32)>,
+        order_id: i64,
+        user: i64,
+    ) -> Result<Option<Order>> {
+        // Each mark, then its shard's stock key, in that order on one connection:
+        // a repair's reset (stock key and marks gone together) that lands between
+        // the two reads shows as a missing stock key, never as a missing mark
+        // alone; and a shard whose stock is there had its marks written back.
+        let mut pipe = redis::pipe();
+        for (v, k, shards) in &candidates {
+            pipe.hget(self.keys.buyers_at(*v, *k, *shards), user)
+                .exists(self.keys.stock_at(*v, *k, *shards));
         }
-        let mut conn = self.redis.conn().await?;
-        if let Some(user) = owner {
-            // Each mark, then its shard's stock key, in that order on one connection:
-            // a repair's reset (stock key and marks gone together) that lands between
-            // the two reads shows as a missing stock key, never as a missing mark
-            // alone; and a shard whose stock is there had its marks written back.
-            let mut pipe = redis::pipe();
-            for (v, k, shards) in &candidates {
-                pipe.hget(self.keys.buyers_at(*v, *k, *shards), user)
-                    .exists(self.keys.stock_at(*v, *k, *shards));
-            }
-            let found: Vec<(Option<String>, bool)> = pipe
-                .query_async(&mut conn)
-                .await
-                .context("looking up a pending order")?;
-            let mut repairing = false;
-            for ((voucher_id, _, _), (mark, open)) in candidates.into_iter().zip(found) {
-                if let Some((id, ms)) = mark.as_deref().and_then(parse_mark) {
-                    if id == order_id {
-                        return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
-                    }
-                }
-                if !open {
-                    repairing = true;
-                    self.recovery.lost(
-                        voucher_id,
-                        "a shard's stock is missing in Redis (an order lookup found it)",
-                    );
+        let found: Vec<(Option<String>, bool)> = pipe.query_async(conn).await.context("looking up a pending order")?;
+        let mut repairing = false;
+        for ((voucher_id, _, _), (mark, open)) in candidates.into_iter().zip(found) {
+            if let Some((id, ms)) = mark.as_deref().and_then(parse_mark) {
+                if id == order_id {
+                    return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
                 }
             }
-            return if repairing { Err(Repairing.into()) } else { Ok(None) };
+            if !open {
+                repairing = true;
+                self.recovery.lost(
+                    voucher_id,
+                    "a shard's stock is missing in Redis (an order lookup found it)",
+                );
+            }
         }
+        if repairing {
+            Err(Repairing.into())
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// The pending order `order_id`, whoever's it is, by a scan of every mark of
+    /// each of `candidates` (`HSCAN`, a page at a time).
+    async fn pending_by_scan(
+        &self,
+        conn: &mut Conn,
+        candidates: Vec<(i64, u32, u32)>,
+        order_id: i64,
+    ) -> Result<Option<Order>> {
         let mut repairing = false;
         for (voucher_id, k, shards) in candidates {
             let key = self.keys.buyers_at(voucher_id, k, shards);
@@ -142,7 +172,7 @@ impl Lookup {
                     .arg(&cursor)
                     .arg("COUNT")
                     .arg(1000)
-                    .query_async(&mut conn)
+                    .query_async(conn)
                     .await
                     .context("scanning a sale's marks for a pending order")?;
                 for pair in page.chunks_exact(2) {
@@ -160,7 +190,7 @@ impl Lookup {
             // After the scan: a reset during it shows here.
             let open: bool = redis::cmd("EXISTS")
                 .arg(self.keys.stock_at(voucher_id, k, shards))
-                .query_async(&mut conn)
+                .query_async(conn)
                 .await
                 .context("looking up a pending order")?;
             if !open {
@@ -256,20 +286,4 @@ fn parse_mark(v: &str) -> Option<(i64, i64)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_mark_names_its_order_and_time() {
-        assert_eq!(parse_mark("123:1700000000123"), Some((123, 1_700_000_000_123)));
-        let id = 5i64 << 32 | 7;
-        let second = id_worker::created_at(id).unwrap().timestamp_millis();
-        assert_eq!(
-            parse_mark(&id.to_string()),
-            Some((id, second)),
-            "an older mark: the id's second"
-        );
-        assert_eq!(parse_mark("12:x"), None);
-        assert_eq!(parse_mark("x"), None);
-    }
-}
+mod tests;

@@ -17,7 +17,7 @@
 //! take and the close are idempotent (a give of an id already spent gives nothing),
 //! so replaying the move of a live mover is harmless, and the move of a dead one is
 //! completed.
-use super::shards::{done, give, settle, snapshot, take};
+use super::shards::{done, give, settle, snapshot, take, Move};
 use crate::keys::Keys;
 use crate::recovery::{Floors, Recovery};
 use crate::redis_conn::{Conn, Redis};
@@ -130,25 +130,29 @@ async fn leased(conn: &mut Conn, keys: &Keys, floors: &Floors, voucher: i64, sha
     let from = from as u32;
     let transfer = uuid::Uuid::new_v4().to_string();
     let want = (richest / 2).max(1);
-    register(conn, keys, voucher, shards, from, to, &transfer, want).await?;
-    let outcome = step(conn, keys, floors, voucher, shards, from, to, &transfer, want).await?;
+    let mv = Move {
+        voucher,
+        shards,
+        from,
+        to,
+        transfer: &transfer,
+    };
+    register(conn, keys, &mv, want).await?;
+    let outcome = step(conn, keys, floors, &mv, want).await?;
     forget(conn, keys, [transfer.as_str()]).await?;
     Ok(outcome)
 }
 
 /// Writes a move in the registry of moves under way, before its first step (a
 /// test that plays a mover that dies calls it too).
-#[allow(clippy::too_many_arguments)]
-pub async fn register(
-    conn: &mut Conn,
-    keys: &Keys,
-    voucher: i64,
-    shards: u32,
-    from: u32,
-    to: u32,
-    transfer: &str,
-    want: i64,
-) -> Result<()> {
+pub async fn register(conn: &mut Conn, keys: &Keys, mv: &Move<'_>, want: i64) -> Result<()> {
+    let Move {
+        voucher,
+        shards,
+        from,
+        to,
+        transfer,
+    } = *mv;
     let _: i64 = redis::cmd("HSET")
         .arg(keys.moves())
         .arg(transfer)
@@ -173,33 +177,23 @@ async fn forget<'a>(conn: &mut Conn, keys: &Keys, transfers: impl IntoIterator<I
 }
 
 /// The three steps of one registered move (each idempotent by `transfer`).
-#[allow(clippy::too_many_arguments)]
-async fn step(
-    conn: &mut Conn,
-    keys: &Keys,
-    floors: &Floors,
-    voucher: i64,
-    shards: u32,
-    from: u32,
-    to: u32,
-    transfer: &str,
-    want: i64,
-) -> Result<Refill> {
-    match give(conn, keys, floors, voucher, shards, from, to, transfer, want).await? {
+async fn step(conn: &mut Conn, keys: &Keys, floors: &Floors, mv: &Move<'_>, want: i64) -> Result<Refill> {
+    let Move { voucher, from, to, .. } = *mv;
+    match give(conn, keys, floors, mv, want).await? {
         (-3, _) => return Ok(Refill::NotLoaded),
         (-4, _) => return Ok(Refill::Behind),
         // Sold meanwhile, or this move was already completed (the recovery pass
         // replayed it): look again.
         (0, _) => return Ok(Refill::Retry),
         (n, _) if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
-        (given, at) => match take(conn, keys, floors, voucher, shards, to, transfer, given, at).await? {
+        (given, at) => match take(conn, keys, floors, mv, given, at).await? {
             -2 => return Ok(Refill::Closed),
             -3 => return Ok(Refill::NotLoaded),
             -4 => return Ok(Refill::Behind),
             _ => {}
         },
     }
-    done(conn, keys, voucher, shards, from, transfer).await?;
+    done(conn, keys, mv).await?;
     tracing::debug!(voucher, from, to, "moved units between shards");
     Ok(Refill::Retry)
 }
@@ -225,18 +219,14 @@ pub async fn recover(redis: &Redis, keys: &Keys, recovery: &Recovery) -> Result<
                 cleared += 1;
                 continue;
             }
-            let r = step(
-                &mut conn,
-                keys,
-                &recovery.floors,
+            let mv = Move {
                 voucher,
                 shards,
                 from,
                 to,
-                &transfer,
-                want,
-            )
-            .await?;
+                transfer: &transfer,
+            };
+            let r = step(&mut conn, keys, &recovery.floors, &mv, want).await?;
             if matches!(r, Refill::NotLoaded | Refill::Behind) {
                 recovery.lost(voucher, "a shard's stock is missing or behind (a move between shards)");
             }

@@ -1,5 +1,7 @@
 //! [`NewVoucher`]: a new voucher's body, the OpenAPI schema of what it accepts, and
 //! its validation, with errors that name the field.
+mod schema;
+
 use super::limits::{
     DEFAULT_ADMIT_RATE, DEFAULT_TURN_SECS, MAX_ADMIT_RATE, MAX_DIFFICULTY, MAX_MONEY, MAX_SHARDS, MAX_STOCK,
     MAX_TURN_SECS,
@@ -7,12 +9,12 @@ use super::limits::{
 use super::voucher::FlashSale;
 use crate::admit::beacon::{Beacon, Chain, MARGIN_SECS, MAX_PERIOD};
 use crate::admit::Mode;
-use crate::validate::{self, optional, refused_class, required, text, time, whole, Lines, ValidationError};
-use serde_json::{json, Value};
+use crate::validate::{self, optional, required, text, time, whole, Lines, ValidationError};
+use serde_json::Value;
 
 /// A validated `POST /api/v1/admin/vouchers` body. A voucher with `stock`,
 /// `begin_at` and `end_at` is a flash sale; one without them is ordinary. Its
-/// OpenAPI schema (below) states what [`NewVoucher::parse`] accepts.
+/// OpenAPI schema (`new_voucher/schema.rs`) states what [`NewVoucher::parse`] accepts.
 #[derive(Clone, Debug)]
 pub struct NewVoucher {
     pub shop_id: i64,
@@ -24,134 +26,6 @@ pub struct NewVoucher {
     pub flash: Option<FlashSale>,
     /// A raffle's beacon round (None for any other voucher).
     pub beacon: Option<Beacon>,
-}
-
-/// Characters Rust's `str::trim` removes (Unicode White_Space), for the patterns
-/// below: spelt out because `\s` means a different set in each regex dialect.
-const WHITE_SPACE: &str = "\\u0009-\\u000d \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
-
-impl utoipa::ToSchema for NewVoucher {}
-
-impl utoipa::PartialSchema for NewVoucher {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        let id = serde_json::to_value(crate::id::input_schema()).expect("a schema serialises");
-        let money = json!({"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_MONEY});
-        let (one, many) = (refused_class(Lines::One), refused_class(Lines::Many));
-        let instant = json!({"type": "string", "format": "date-time", "pattern": validate::TIME_YEAR_PATTERN,
-                          "description": "RFC 3339 with an offset, in the years 0001 to 9998 (so that it is one \
-                                          in UTC too); `begin_at` before `end_at`."});
-        // A field that is null counts as absent (`validate::optional`): the ordinary
-        // voucher has none of the flash-sale fields, or only nulls.
-        let schema = json!({
-            "description": "A `POST /api/v1/admin/vouchers` body: a flash sale (`stock`, `begin_at` and \
-                            `end_at`, `begin_at` < `end_at`) or an ordinary voucher (none of the three). \
-                            A field that is null counts as absent. Money is in cents.",
-            "examples": [{"shop_id": "1", "title": "100 off 50", "pay_value": 5000, "actual_value": 10000,
-                          "stock": 100, "begin_at": "2026-01-01T00:00:00+08:00", "end_at": "2099-01-01T00:00:00Z"}],
-            "allOf": [
-                {
-                    "type": "object",
-                    "required": ["shop_id", "title", "pay_value", "actual_value"],
-                    "properties": {
-                        "shop_id": id,
-                        "title": {"type": "string", "minLength": 1, "maxLength": 255,
-                                  "pattern": format!("^[^{one}]*[^{one}{WHITE_SPACE}][^{one}]*$"),
-                                  "description": "Not blank; one line: no control characters, no \
-                                                  bidirectional formatting characters."},
-                        "sub_title": {"type": ["string", "null"], "maxLength": 255, "pattern": format!("^[^{one}]*$"),
-                                      "description": "One line, as `title`."},
-                        "rules": {"type": ["string", "null"], "maxLength": 4096, "pattern": format!("^[^{many}]*$"),
-                                  "description": "Lines (line feeds, carriage returns and tabs allowed); no other \
-                                                  control characters, no bidirectional formatting characters."},
-                        "pay_value": money,
-                        "actual_value": money,
-                    },
-                },
-                {
-                    "oneOf": [
-                        {
-                            "title": "ordinary voucher",
-                            "type": "object",
-                            "properties": {
-                                "stock": {"type": "null"},
-                                "begin_at": {"type": "null"},
-                                "end_at": {"type": "null"},
-                                "stock_shards": {"type": "null"},
-                                "admission": {"type": "null"},
-                                "admit_rate": {"type": "null"},
-                                "turn_secs": {"type": "null"},
-                                "draw_at": {"type": "null"},
-                                "pow_difficulty": {"type": "null"},
-                                "beacon": {"type": "null"},
-                                "address_cap": {"type": "null"},
-                            },
-                        },
-                        {
-                            "title": "flash sale",
-                            "type": "object",
-                            "required": ["stock", "begin_at", "end_at"],
-                            "properties": {
-                                "stock": {"type": "integer", "format": "int32", "minimum": 0, "maximum": MAX_STOCK},
-                                "begin_at": instant,
-                                "end_at": instant,
-                                "stock_shards": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
-                                                 "maximum": MAX_SHARDS, "description": "default 1"},
-                                "admission": {"type": ["string", "null"], "enum": ["first_come", "queue", "raffle", null],
-                                              "description": "who may order (default `first_come`); a `queue` or \
-                                                              `raffle` sale takes orders only with an admission token"},
-                                "admit_rate": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
-                                               "maximum": MAX_ADMIT_RATE,
-                                               "description": "a queue's shoppers admitted per second (default \
-                                                               100); ignored for the other modes"},
-                                "turn_secs": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
-                                              "maximum": MAX_TURN_SECS,
-                                              "description": "how long a queue's admitted shopper may order, from \
-                                                              their admission (default 300); ignored for the \
-                                                              other modes"},
-                                "draw_at": {"type": ["string", "null"], "format": "date-time",
-                                            "pattern": validate::TIME_YEAR_PATTERN,
-                                            "description": "a raffle's draw, when its entries close (default \
-                                                            `begin_at`): for a raffle, in the future and \
-                                                            before `end_at`; ignored for the other modes"},
-                                "pow_difficulty": {"type": ["integer", "null"], "format": "int32", "minimum": 0,
-                                                   "maximum": MAX_DIFFICULTY,
-                                                   "description": "joining the queue or entering the raffle needs \
-                                                                   an ALTCHA proof of work of this `maxnumber` \
-                                                                   (default 0: none); ignored for `first_come`"},
-                                "address_cap": {"type": ["integer", "null"], "format": "int32", "minimum": 1,
-                                                "maximum": MAX_ADDRESS_CAP,
-                                                "description": "the queue's places or the raffle's entries one \
-                                                                client address may take (default: no cap; the \
-                                                                address is the one SECKILL_TRUSTED_PROXIES \
-                                                                lets the service see); ignored for `first_come`"},
-                                "beacon": {"type": ["object", "null"],
-                                           "description": "the public randomness a raffle draws with: a drand \
-                                                           chain (default: the League of Entropy's quicknet) and \
-                                                           its round, published at least 10 s after `draw_at` \
-                                                           (default: the first such round); checked in every \
-                                                           mode, used by a raffle only",
-                                           "required": ["public_key", "genesis_time", "period"],
-                                           "properties": {
-                                               "public_key": {"type": "string", "pattern": "^[0-9a-f]{192}$",
-                                                              "description": "the chain's BLS12-381 public key \
-                                                                              (a compressed G2 point)"},
-                                               "genesis_time": {"type": "integer", "format": "int64",
-                                                                "minimum": 0, "maximum": MAX_GENESIS,
-                                                                "description": "unix seconds of round 1"},
-                                               "period": {"type": "integer", "format": "int32", "minimum": 1,
-                                                          "maximum": MAX_PERIOD, "description": "seconds between rounds"},
-                                               "round": {"type": ["integer", "null"], "format": "int64",
-                                                         "minimum": 1, "maximum": MAX_ROUND,
-                                                         "description": "published at least 10 s after `draw_at`"},
-                                           }},
-                            },
-                        },
-                    ],
-                },
-            ],
-        });
-        serde_json::from_value(schema).expect("the NewVoucher schema is an OpenAPI schema")
-    }
 }
 
 impl NewVoucher {
@@ -167,6 +41,40 @@ impl NewVoucher {
         let rules = text(obj, "rules", 4096, Lines::Many)?;
         let pay_value = whole(required(obj, "pay_value")?, "pay_value", 0, MAX_MONEY)?;
         let actual_value = whole(required(obj, "actual_value")?, "actual_value", 0, MAX_MONEY)?;
+        let (flash, raffle_beacon) = FlashFields::read(obj)?.sale()?;
+        Ok(Self {
+            shop_id,
+            title,
+            sub_title,
+            rules,
+            pay_value,
+            actual_value,
+            flash,
+            beacon: raffle_beacon,
+        })
+    }
+}
+
+/// A body's flash-sale fields, each checked on its own (None when absent or
+/// null); [`FlashFields::sale`] checks them together.
+struct FlashFields {
+    stock: Option<i64>,
+    begin_at: Option<chrono::DateTime<chrono::Utc>>,
+    end_at: Option<chrono::DateTime<chrono::Utc>>,
+    stock_shards: Option<i64>,
+    admission: Option<Mode>,
+    admit_rate: Option<i64>,
+    turn_secs: Option<i64>,
+    draw_at: Option<chrono::DateTime<chrono::Utc>>,
+    pow_difficulty: Option<i64>,
+    beacon: Option<(Chain, Option<i64>)>,
+    address_cap: Option<i64>,
+}
+
+impl FlashFields {
+    /// Reads the flash-sale fields of `obj`, in the order their problems are
+    /// reported.
+    fn read(obj: &serde_json::Map<String, Value>) -> Result<Self, ValidationError> {
         let stock = optional(obj, "stock")
             .map(|v| whole(v, "stock", 0, MAX_STOCK))
             .transpose()?;
@@ -196,19 +104,37 @@ impl NewVoucher {
         let address_cap = optional(obj, "address_cap")
             .map(|v| whole(v, "address_cap", 1, MAX_ADDRESS_CAP))
             .transpose()?;
+        Ok(Self {
+            stock,
+            begin_at,
+            end_at,
+            stock_shards,
+            admission,
+            admit_rate,
+            turn_secs,
+            draw_at,
+            pow_difficulty,
+            beacon,
+            address_cap,
+        })
+    }
+
+    /// The flash sale these fields make, and a raffle's beacon; None for an
+    /// ordinary voucher (no `stock`, `begin_at` or `end_at`), which gives none of
+    /// the other fields either.
+    fn sale(self) -> Result<(Option<FlashSale>, Option<Beacon>), ValidationError> {
         let admission_given = [
-            ("admission", admission.is_some()),
-            ("admit_rate", admit_rate.is_some()),
-            ("turn_secs", turn_secs.is_some()),
-            ("draw_at", draw_at.is_some()),
-            ("pow_difficulty", pow_difficulty.is_some()),
-            ("beacon", beacon.is_some()),
-            ("address_cap", address_cap.is_some()),
+            ("admission", self.admission.is_some()),
+            ("admit_rate", self.admit_rate.is_some()),
+            ("turn_secs", self.turn_secs.is_some()),
+            ("draw_at", self.draw_at.is_some()),
+            ("pow_difficulty", self.pow_difficulty.is_some()),
+            ("beacon", self.beacon.is_some()),
+            ("address_cap", self.address_cap.is_some()),
         ];
-        let mut raffle_beacon = None;
-        let flash = match (stock, begin_at, end_at) {
-            (None, None, None) if stock_shards.is_some() => {
-                return Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
+        match (self.stock, self.begin_at, self.end_at) {
+            (None, None, None) if self.stock_shards.is_some() => {
+                Err(ValidationError::new("stock_shards", "is only for a flash-sale voucher"))
             }
             (None, None, None) if admission_given.iter().any(|(_, given)| *given) => {
                 let field = admission_given
@@ -216,71 +142,84 @@ impl NewVoucher {
                     .find(|(_, given)| *given)
                     .map(|(f, _)| *f)
                     .unwrap_or("admission");
-                return Err(ValidationError::new(field, "is only for a flash-sale voucher"));
+                Err(ValidationError::new(field, "is only for a flash-sale voucher"))
             }
-            (None, None, None) => None,
-            (None, _, _) => {
-                return Err(ValidationError::new(
-                    "stock",
-                    "is required for a flash-sale voucher (begin_at/end_at given)",
-                ))
-            }
-            (Some(_), None, _) => return Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
-            (Some(_), _, None) => return Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
+            (None, None, None) => Ok((None, None)),
+            (None, _, _) => Err(ValidationError::new(
+                "stock",
+                "is required for a flash-sale voucher (begin_at/end_at given)",
+            )),
+            (Some(_), None, _) => Err(ValidationError::new("begin_at", "is required for a flash-sale voucher")),
+            (Some(_), _, None) => Err(ValidationError::new("end_at", "is required for a flash-sale voucher")),
             (Some(stock), Some(begin_at), Some(end_at)) => {
-                if begin_at >= end_at {
-                    return Err(ValidationError::new("end_at", "must be after begin_at"));
-                }
-                let admission = admission.unwrap_or_default();
-                let queue = admission == Mode::Queue;
-                if admission == Mode::Raffle {
-                    // A draw in the past would close the entries at once; one at or
-                    // after the end would leave the winners no time to order.
-                    let draw = draw_at.unwrap_or(begin_at);
-                    if draw <= chrono::Utc::now() {
-                        return Err(ValidationError::new(
-                            "draw_at",
-                            "must be in the future (it defaults to begin_at)",
-                        ));
-                    }
-                    if draw >= end_at {
-                        return Err(ValidationError::new("draw_at", "must be before end_at"));
-                    }
-                    raffle_beacon = Some(beacon_of(beacon, draw)?);
-                }
-                Some(FlashSale {
-                    stock: stock as i32,
-                    begin_at,
-                    end_at,
-                    stock_shards: stock_shards.unwrap_or(1) as i32,
-                    admission,
-                    admit_rate: queue.then(|| admit_rate.unwrap_or(DEFAULT_ADMIT_RATE) as i32),
-                    turn_secs: queue.then(|| turn_secs.unwrap_or(DEFAULT_TURN_SECS) as i32),
-                    draw_at: (admission == Mode::Raffle).then(|| draw_at.unwrap_or(begin_at)),
-                    pow_difficulty: if admission.gated() {
-                        pow_difficulty.unwrap_or(0) as i32
-                    } else {
-                        0
-                    },
-                    queue_paused_ms: 0,
-                    address_cap: if admission.gated() {
-                        address_cap.map(|c| c as i32)
-                    } else {
-                        None
-                    },
-                })
+                let (sale, raffle_beacon) = self.flash_sale(stock, begin_at, end_at)?;
+                Ok((Some(sale), raffle_beacon))
             }
+        }
+    }
+
+    /// The flash sale of `stock` units from `begin_at` to `end_at` these fields
+    /// make, and a raffle's beacon (None for the other modes).
+    fn flash_sale(
+        self,
+        stock: i64,
+        begin_at: chrono::DateTime<chrono::Utc>,
+        end_at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(FlashSale, Option<Beacon>), ValidationError> {
+        let FlashFields {
+            stock_shards,
+            admission,
+            admit_rate,
+            turn_secs,
+            draw_at,
+            pow_difficulty,
+            beacon,
+            address_cap,
+            ..
+        } = self;
+        if begin_at >= end_at {
+            return Err(ValidationError::new("end_at", "must be after begin_at"));
+        }
+        let admission = admission.unwrap_or_default();
+        let queue = admission == Mode::Queue;
+        let mut raffle_beacon = None;
+        if admission == Mode::Raffle {
+            // A draw in the past would close the entries at once; one at or
+            // after the end would leave the winners no time to order.
+            let draw = draw_at.unwrap_or(begin_at);
+            if draw <= chrono::Utc::now() {
+                return Err(ValidationError::new(
+                    "draw_at",
+                    "must be in the future (it defaults to begin_at)",
+                ));
+            }
+            if draw >= end_at {
+                return Err(ValidationError::new("draw_at", "must be before end_at"));
+            }
+            raffle_beacon = Some(beacon_of(beacon, draw)?);
+        }
+        let sale = FlashSale {
+            stock: stock as i32,
+            begin_at,
+            end_at,
+            stock_shards: stock_shards.unwrap_or(1) as i32,
+            admission,
+            admit_rate: queue.then(|| admit_rate.unwrap_or(DEFAULT_ADMIT_RATE) as i32),
+            turn_secs: queue.then(|| turn_secs.unwrap_or(DEFAULT_TURN_SECS) as i32),
+            draw_at: (admission == Mode::Raffle).then(|| draw_at.unwrap_or(begin_at)),
+            pow_difficulty: if admission.gated() {
+                pow_difficulty.unwrap_or(0) as i32
+            } else {
+                0
+            },
+            queue_paused_ms: 0,
+            address_cap: if admission.gated() {
+                address_cap.map(|c| c as i32)
+            } else {
+                None
+            },
         };
-        Ok(Self {
-            shop_id,
-            title,
-            sub_title,
-            rules,
-            pay_value,
-            actual_value,
-            flash,
-            beacon: raffle_beacon,
-        })
+        Ok((sale, raffle_beacon))
     }
 }
 

@@ -103,17 +103,20 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     let mut conn = redis.conn().await.unwrap();
     // A process registers a move of 5 units from shard 1 to shard 0 (as every
     // mover does before its first step), gives them, then dies.
-    seckill::voucher::refill::register(&mut conn, &keys, v, 4, 1, 0, "crashed-move", 5)
+    let mv = shards::Move {
+        voucher: v,
+        shards: 4,
+        from: 1,
+        to: 0,
+        transfer: "crashed-move",
+    };
+    seckill::voucher::refill::register(&mut conn, &keys, &mv, 5)
         .await
         .unwrap();
-    let (given, given_at) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
-        .await
-        .unwrap();
+    let (given, given_at) = shards::give(&mut conn, &keys, floors, &mv, 5).await.unwrap();
     assert_eq!(given, 5);
     // Retried with the same id (a timeout): nothing more leaves the shard.
-    let (again, _) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
-        .await
-        .unwrap();
+    let (again, _) = shards::give(&mut conn, &keys, floors, &mv, 5).await.unwrap();
     assert_eq!(again, 5, "the same give, reported again");
     assert_eq!(shard_stocks(&app, v).await, vec![10, 5, 10, 10]);
     let a = audit(&app, v).await;
@@ -138,13 +141,9 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     assert_eq!(done["balanced"], true, "{done:#}");
     assert_eq!(shard_stocks(&app, v).await, vec![15, 5, 10, 10]);
     // Replays add and give nothing.
-    let retaken = shards::take(&mut conn, &keys, floors, v, 4, 0, "crashed-move", 5, given_at)
-        .await
-        .unwrap();
+    let retaken = shards::take(&mut conn, &keys, floors, &mv, 5, given_at).await.unwrap();
     assert_eq!(retaken, 0);
-    let (regiven, _) = shards::give(&mut conn, &keys, floors, v, 4, 1, 0, "crashed-move", 5)
-        .await
-        .unwrap();
+    let (regiven, _) = shards::give(&mut conn, &keys, floors, &mv, 5).await.unwrap();
     assert_eq!(regiven, 0);
     assert_eq!(shard_stocks(&app, v).await, vec![15, 5, 10, 10]);
     // The sale still sells exactly its stock.

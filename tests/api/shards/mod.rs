@@ -164,14 +164,17 @@ async fn bounce(
     to: u32,
 ) -> i64 {
     let transfer = uuid::Uuid::new_v4().to_string();
-    let (given, at) = shards::give(conn, keys, floors, v, 4, from, to, &transfer, 1_000)
-        .await
-        .unwrap();
+    let mv = shards::Move {
+        voucher: v,
+        shards: 4,
+        from,
+        to,
+        transfer: &transfer,
+    };
+    let (given, at) = shards::give(conn, keys, floors, &mv, 1_000).await.unwrap();
     if given > 0 {
-        shards::take(conn, keys, floors, v, 4, to, &transfer, given, at)
-            .await
-            .unwrap();
-        shards::done(conn, keys, v, 4, from, &transfer).await.unwrap();
+        shards::take(conn, keys, floors, &mv, given, at).await.unwrap();
+        shards::done(conn, keys, &mv).await.unwrap();
     }
     given.max(0)
 }
