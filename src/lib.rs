@@ -17,7 +17,10 @@
 //! module or a child the root declares `pub mod` (its interface), never the files
 //! behind them; and no files import each other in a circle, a re-export counting
 //! as an import. `scripts/import_cycles.py` (run by the test command) reads the
-//! lines below and fails on any of the three.
+//! lines below and fails on any of the three. Each area owns its Postgres tables:
+//! only its own files hold SQL on them (`scripts/sql_owners.py` names each
+//! table's owner), and another area calls it, or takes the part of a statement it
+//! hands out where one statement must read both.
 //!
 //! The edges run the process and take requests:
 //! - edge process: `cli`: the commands of the contract (`all`, `serve`, `worker`,

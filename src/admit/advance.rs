@@ -223,13 +223,12 @@ where
         // took a unit and its shopper is among `open`: counted once).
         return Ok(before - open);
     }
-    let ordered: i64 = sqlx::query_scalar(
+    let ordered: i64 = sqlx::query_scalar(&format!(
         "SELECT count(*) FROM queue_places q
           WHERE q.voucher_id = $1 AND q.place > $2 AND q.place <= $3
-            AND EXISTS (SELECT 1 FROM voucher_orders o
-                         WHERE o.user_id = q.user_id AND o.voucher_id = q.voucher_id
-                           AND o.status IN ('created', 'paid'))",
-    )
+            AND {LIVE_ORDER}",
+        LIVE_ORDER = crate::order::stored::LIVE_ORDER_OF_PLACE
+    ))
     .bind(voucher)
     .bind(ended)
     .bind(admitted)

@@ -24,6 +24,7 @@ pub mod queue;
 pub mod raffle;
 pub mod rule;
 pub mod signing;
+pub mod sql;
 pub mod token;
 pub mod verify;
 

@@ -98,9 +98,7 @@ impl Lifecycle {
         let Some((stored_id, voucher_id)) = row else {
             return Ok(None);
         };
-        sqlx::query("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1 FOR UPDATE")
-            .bind(voucher_id)
-            .fetch_optional(&mut *tx)
+        crate::voucher::pg_stock::lock_one(&mut tx, voucher_id)
             .await
             .context("locking the order's voucher")?;
         let order: Option<Order> = sqlx::query_as(&format!(
@@ -116,10 +114,7 @@ impl Lifecycle {
         .await
         .context("cancelling an order")?;
         let Some(order) = order else { return Ok(None) };
-        sqlx::query("UPDATE seckill_vouchers SET stock = stock + 1 WHERE voucher_id = $1")
-            .bind(order.voucher_id)
-            .execute(&mut *tx)
-            .await?;
+        crate::voucher::pg_stock::give_back_one(&mut tx, order.voucher_id).await?;
         let ret = StockReturn {
             order_id: stored_id,
             voucher_id: order.voucher_id,

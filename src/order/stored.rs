@@ -1,5 +1,6 @@
 //! What Postgres holds of a sale's orders, for the areas that count them (a
-//! repair's snapshot of a sale, its books, the admin's view of it).
+//! repair's snapshot of a sale, its books, the admin's view of it, a queue's
+//! frontier).
 use sqlx::PgExecutor;
 
 /// One order Postgres holds.
@@ -72,3 +73,9 @@ pub async fn timed_out_of_sale(db: impl PgExecutor<'_>, voucher: i64) -> Result<
     .fetch_one(db)
     .await
 }
+
+/// For a statement on a queue's places `q`: whether the place's shopper has a
+/// live order (created or paid) of the place's sale.
+pub const LIVE_ORDER_OF_PLACE: &str = "EXISTS (SELECT 1 FROM voucher_orders o
+                         WHERE o.user_id = q.user_id AND o.voucher_id = q.voucher_id
+                           AND o.status IN ('created', 'paid'))";

@@ -1,6 +1,6 @@
 //! A sale's stock in Postgres (`seckill_vouchers.stock`: its total less its live
 //! orders), as the worker reads, locks and takes it in the transaction that stores
-//! a batch, and as a repair reads it.
+//! a batch, as a cancel locks it and gives a unit back, and as a repair reads it.
 use sqlx::{PgConnection, PgExecutor};
 use std::collections::HashMap;
 
@@ -52,5 +52,24 @@ pub async fn take(tx: &mut PgConnection, units: HashMap<i64, i32>) -> Result<(),
     .bind(&n)
     .execute(&mut *tx)
     .await?;
+    Ok(())
+}
+
+/// Locks the row of `voucher` (whose stock a cancel is about to give a unit back
+/// to), if there is one.
+pub async fn lock_one(tx: &mut PgConnection, voucher: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT stock FROM seckill_vouchers WHERE voucher_id = $1 FOR UPDATE")
+        .bind(voucher)
+        .fetch_optional(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+/// Gives one unit back to the stock of `voucher` (a cancelled order's).
+pub async fn give_back_one(tx: &mut PgConnection, voucher: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE seckill_vouchers SET stock = stock + 1 WHERE voucher_id = $1")
+        .bind(voucher)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }

@@ -3,13 +3,20 @@ use super::model::{FlashSale, NewVoucher, Voucher, MAX_STOCK};
 use crate::admit::Mode;
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
+use std::sync::LazyLock;
 
-const SELECT: &str = "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
+/// A voucher's row: the voucher, its sale, and its sale's queue (the admission
+/// area's columns, joined as it says).
+static SELECT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT v.id, v.shop_id, v.title, v.sub_title, v.rules, v.pay_value, v.actual_value,
         v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards,
-        s.admission, q.admit_rate, s.turn_secs, s.draw_at, s.pow_difficulty, s.address_cap,
-        (q.paused_secs * 1000)::bigint AS queue_paused_ms
-   FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
-        LEFT JOIN admission_queues q ON q.voucher_id = v.id";
+        s.admission, s.turn_secs, s.draw_at, s.pow_difficulty, s.address_cap, {QUEUE}
+   FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id {JOIN_QUEUE}",
+        QUEUE = crate::admit::sql::QUEUE_COLUMNS,
+        JOIN_QUEUE = crate::admit::sql::JOIN_QUEUE_OF_VOUCHER
+    )
+});
 
 fn from_row(row: &PgRow) -> Result<Voucher, sqlx::Error> {
     let total: Option<i32> = row.try_get("total_stock")?;
@@ -111,7 +118,7 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
 }
 
 pub async fn get(db: impl PgExecutor<'_>, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
-    sqlx::query(&format!("{SELECT} WHERE v.id = $1"))
+    sqlx::query(&format!("{} WHERE v.id = $1", *SELECT))
         .bind(id)
         .try_map(|r: PgRow| from_row(&r))
         .fetch_optional(db)
@@ -127,7 +134,8 @@ pub async fn list_by_shop(
     limit: i64,
 ) -> Result<Vec<Voucher>, sqlx::Error> {
     sqlx::query(&format!(
-        "{SELECT} WHERE v.shop_id = $1 AND ($2::bigint IS NULL OR v.id > $2) ORDER BY v.id LIMIT $3"
+        "{} WHERE v.shop_id = $1 AND ($2::bigint IS NULL OR v.id > $2) ORDER BY v.id LIMIT $3",
+        *SELECT
     ))
     .bind(shop_id)
     .bind(after)
@@ -141,7 +149,8 @@ pub async fn list_by_shop(
 /// if None), at most `limit`.
 pub async fn page(db: impl PgExecutor<'_>, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
     sqlx::query(&format!(
-        "{SELECT} WHERE ($1::bigint IS NULL OR v.id < $1) ORDER BY v.id DESC LIMIT $2"
+        "{} WHERE ($1::bigint IS NULL OR v.id < $1) ORDER BY v.id DESC LIMIT $2",
+        *SELECT
     ))
     .bind(before)
     .bind(limit)
@@ -179,7 +188,10 @@ pub async fn paused_ids(db: impl PgExecutor<'_>) -> Result<Vec<i64>, sqlx::Error
 
 /// Every voucher, for the in-process cache.
 pub async fn all(db: impl PgExecutor<'_>) -> Result<Vec<Voucher>, sqlx::Error> {
-    sqlx::query(SELECT).try_map(|r: PgRow| from_row(&r)).fetch_all(db).await
+    sqlx::query(&SELECT)
+        .try_map(|r: PgRow| from_row(&r))
+        .fetch_all(db)
+        .await
 }
 
 /// What [`add_stock`] did.
