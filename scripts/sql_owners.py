@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails if a file of src/ holds SQL on a table its area does not own.
+"""Fails if a file of src/ holds SQL on a table its area does not own, or a file
+of src/http/ reaches past the services to a pool or to Redis.
 
 Each business area owns its Postgres tables (`OWNERS` below, by the name of an
 area or a module of `//! # Layout` in src/lib.rs): only the files of its modules
@@ -7,8 +8,12 @@ hold SQL on them; another area calls its service. A file "holds SQL on" a table
 when its text names it after FROM, INTO, UPDATE, JOIN, TABLE, TRUNCATE, USING or
 LOCK (what a query on it reads or writes), in the code outside its
 `#[cfg(test)] mod tests`. Every table a migration creates must have an owner.
-Usage: sql_owners.py [ROOT | --self-test]. Prints each file and table out of
-place."""
+A handler calls the areas' services (`state.sales`, `state.admit`, ...): a file of
+src/http/ that names `state.pg`, `state.background_pg`, `state.redis` or opens a
+Redis connection (`.conn()`) is out of place too (src/http/state.rs, which holds
+the handles for the background tasks, and src/http/idempotency.rs, which owns its
+table, excepted). Usage: sql_owners.py [ROOT | --self-test]. Prints each file and
+table out of place."""
 import os, re, sys
 
 OWNERS = {
@@ -67,6 +72,9 @@ def check(root, owners=OWNERS):
             top = rel.split(os.sep)[0].removesuffix(".rs")
             text = re.split(r"#\[cfg\(test\)\]\s*mod tests\s*\{", open(path).read())[0]
             text = re.sub(r"//[^\n]*", "", text)
+            if rel.startswith("http" + os.sep) and n not in ("state.rs", "idempotency.rs"):
+                for m in re.finditer(r"\bstate\.(?:pg|background_pg|redis)\b|\.conn\(\)", text):
+                    problems.append(f"src/{rel} reaches past the services: {m.group(0)}")
             for table, owner in sorted(owners.items()):
                 if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
                     problems.append(f"src/{rel} holds SQL on {table}, which {owner} owns: call {owner}'s service")
@@ -85,6 +93,8 @@ def self_test():
         "an area of two modules": ({"src/worker/steps.rs": 'const Q: &str = "INSERT INTO voucher_orders";'}, 0),
         "a comment or a test": ({"src/order/a.rs": "// FROM seckill_vouchers\n#[cfg(test)]\nmod tests {\n const Q: &str = \"FROM stock_topups\"; }\n"}, 0),
         "a table with no owner": ({"migrations/0001_x.sql": "CREATE TABLE unowned (id bigint);"}, 1),
+        "a handler with a pool": ({"src/http/orders.rs": "fn f(state: &S) { g(&state.pg) }"}, 1),
+        "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
     }
     for name, (tree, want) in cases.items():
         with tempfile.TemporaryDirectory() as d:

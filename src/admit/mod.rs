@@ -23,31 +23,11 @@ pub mod pow;
 pub mod queue;
 pub mod raffle;
 pub mod rule;
+mod service;
 pub mod signing;
 pub mod sql;
 pub mod token;
 pub mod verify;
 
 pub use mode::Mode;
-
-/// What the HTTP layer holds of fair admission: the keys and this instance's
-/// cached queue frontiers.
-pub struct Desk {
-    pub signer: signing::Signer,
-    pub frontiers: frontier::Frontiers,
-    /// Each raffle's public summary, refreshed at most every
-    /// [`raffle::SUMMARY_REFRESH`] per instance.
-    pub summaries: frontier::PerSale<raffle::Summary>,
-}
-
-impl Desk {
-    /// The keys derived from `root` (`SECKILL_ADMISSION_SECRET`, or the JWT
-    /// secret where it is unset).
-    pub fn new(root: &str) -> Self {
-        Self {
-            signer: signing::Signer::new(root),
-            frontiers: frontier::Frontiers::default(),
-            summaries: frontier::PerSale::default(),
-        }
-    }
-}
+pub use service::Admission;

@@ -41,7 +41,11 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     migrate_or_check(&settings, mode, &c.background_pg, &background_sequences).await?;
     let cache = loaded_cache(&settings, &c.background_pg).await;
     let admission = Arc::new(crate::http::admission::Admission::new(&settings));
-    let admit = Arc::new(crate::admit::Desk::new(&crate::admit::signing::root_of(&settings)));
+    let admit = Arc::new(crate::admit::Admission::new(
+        &crate::admit::signing::root_of(&settings),
+        c.pg.clone(),
+        c.background_pg.clone(),
+    ));
     let jwt = jwt_keys(&settings).await;
     let instance = uuid::Uuid::new_v4().simple().to_string();
     // Its release subscription is one of the owned background tasks.

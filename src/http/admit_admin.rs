@@ -9,12 +9,11 @@ use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthor
 use super::state::AppState;
 use super::vouchers::announce;
 use super::waiting::frontier_of;
-use crate::admit::advance::{self, Admitted, Frontier};
-use crate::admit::raffle::{self, Summary, Winner};
+use crate::admit::advance::{Admitted, Frontier};
+use crate::admit::raffle::{Summary, Winner};
 use crate::admit::Mode;
 use crate::validate::{self, required, whole};
 use crate::voucher::model::MAX_ADMIT_RATE;
-use crate::voucher::repo;
 use actix_web::web;
 use serde::Serialize;
 use serde_json::Value;
@@ -92,13 +91,13 @@ async fn build_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiError
             view.queue = Some(QueueView {
                 frontier,
                 turn_secs: flash.turn_secs.unwrap_or(300),
-                recent_admitted: advance::recent_admitted(&state.pg, id, frontier.admitted, LISTED).await?,
+                recent_admitted: state.admit.recent_admitted(id, frontier.admitted, LISTED).await?,
             });
         }
         Mode::Raffle => {
             view.raffle = Some(RaffleView {
-                summary: raffle::summary(&state.pg, id).await?,
-                winners_listed: raffle::winners_of(&state.pg, id, LISTED).await?,
+                summary: state.admit.raffle_summary(id).await?,
+                winners_listed: state.admit.winners_of(id, LISTED).await?,
             });
         }
     }
@@ -148,9 +147,9 @@ pub async fn set_admit_rate(
     // The frontier moves at the old rate up to now, then the new rate counts.
     state.admit.frontiers.forget(id);
     frontier_of(&state, &voucher, &flash).await?;
-    advance::set_rate(&state.pg, id, rate).await?;
+    state.admit.set_rate(id, rate).await?;
     state.admit.frontiers.forget(id);
-    if let Some(v) = repo::get(&state.pg, id).await? {
+    if let Some(v) = state.sales.get(id).await? {
         announce(&state, &v).await;
     }
     Ok(web::Json(build_view(&state, id).await?))

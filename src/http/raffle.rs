@@ -9,8 +9,8 @@ use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use crate::admit::draw::{self, Submitted};
-use crate::admit::raffle::{self, Entered, Summary};
+use crate::admit::draw::Submitted;
+use crate::admit::raffle::{Entered, Summary};
 use crate::admit::Mode;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -72,7 +72,7 @@ pub async fn enter_raffle(
     let proof = super::challenge::first_proof(&req, &state, id, caller.user_id, &flash)?;
     // Entered already: the entry, with no lock taken (a crowd of repeat entries
     // must not hold the raffle's row against its close).
-    if raffle::mine(&state.pg, id, caller.user_id).await?.is_some() {
+    if state.admit.raffle_entry(id, caller.user_id).await?.is_some() {
         return Ok(HttpResponse::Ok().json(mine(&state, id, caller.user_id, &flash).await?));
     }
     if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
@@ -84,7 +84,7 @@ pub async fn enter_raffle(
         super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
     }
     let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
-    let code = match raffle::enter(&state.pg, &state.admit.signer.raffle, id, caller.user_id, cap.as_ref()).await? {
+    let code = match state.admit.enter(id, caller.user_id, cap.as_ref()).await? {
         Entered::New(_) => StatusCode::CREATED,
         Entered::Already(_) => StatusCode::OK,
         Entered::Closed => return Err(closed()),
@@ -104,7 +104,9 @@ async fn mine(
     user: i64,
     flash: &crate::voucher::model::FlashSale,
 ) -> Result<MyEntry, ApiError> {
-    let (entry, won) = raffle::mine(&state.pg, id, user)
+    let (entry, won) = state
+        .admit
+        .raffle_entry(id, user)
         .await?
         .ok_or_else(|| ApiError::not_found("not_entered", "the caller has not entered this raffle"))?;
     let mut me = MyEntry {
@@ -162,16 +164,7 @@ pub async fn raffle_summary(
 ) -> Result<web::Json<Summary>, ApiError> {
     let id = path_id(&path)?;
     raffle_sale(&state, id).await?;
-    let pg = state.pg.clone();
-    let summary = state
-        .admit
-        .summaries
-        .get(
-            id,
-            raffle::SUMMARY_REFRESH,
-            || async move { raffle::summary(&pg, id).await },
-        )
-        .await?;
+    let summary = state.admit.cached_raffle_summary(id).await?;
     Ok(web::Json(summary))
 }
 
@@ -193,7 +186,7 @@ pub async fn raffle_entries(
     let id = path_id(&path)?;
     let (after, limit, won) = q.checked()?;
     raffle_sale(&state, id).await?;
-    let items = raffle::entries(&state.pg, id, after, limit, won).await?;
+    let items = state.admit.raffle_entries(id, after, limit, won).await?;
     let next_after = (items.len() as i64 == limit)
         .then(|| items.last().map(|e| e.entry.clone()))
         .flatten();
@@ -221,7 +214,7 @@ pub async fn submit_beacon(
     let id = path_id(&path)?;
     let given = BeaconRound::parse(&body)?;
     raffle_sale(&state, id).await?;
-    let new = match draw::submit(&state.pg, id, given.round, &given.signature).await? {
+    let new = match state.admit.submit_beacon(id, given.round, &given.signature).await? {
         Submitted::Accepted { new } => new,
         Submitted::Open => {
             return Err(ApiError::conflict(
@@ -253,13 +246,8 @@ pub async fn submit_beacon(
     // does it, the others skip it. Started once, by the submission that stored the
     // signature (the background tick is there for the rest).
     if new {
-        let pg = state.background_pg.clone();
-        tokio::spawn(async move {
-            if let Err(e) = draw::settle(&pg, id).await {
-                tracing::warn!(voucher_id = id, error = ?e, "raffle not drawn after its beacon; the next tick tries again");
-            }
-        });
+        state.admit.draw_soon(id);
     }
-    let summary = raffle::summary(&state.pg, id).await?;
+    let summary = state.admit.raffle_summary(id).await?;
     Ok(HttpResponse::Accepted().json(summary))
 }

@@ -32,7 +32,7 @@ pub struct AppState {
     pub instance: String,
     pub admission: Arc<super::admission::Admission>,
     /// Fair admission: admission tokens, queue tickets, proofs of work, frontiers.
-    pub admit: Arc<crate::admit::Desk>,
+    pub admit: Arc<crate::admit::Admission>,
     pub locks: Arc<crate::lock::LockService>,
     pub lifecycle: crate::order::lifecycle::Lifecycle,
     pub user_serializer: crate::lock::user::UserSerializer,

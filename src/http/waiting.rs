@@ -7,11 +7,10 @@ use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use crate::admit::advance::{self, Frontier};
+use crate::admit::advance::Frontier;
 use crate::admit::queue;
-use crate::admit::{frontier, Mode};
+use crate::admit::Mode;
 use crate::voucher::model::{FlashSale, Voucher};
-use crate::voucher::stock;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};
@@ -57,24 +56,12 @@ fn not_a_queue() -> ApiError {
     ApiError::conflict("not_a_queue", "this sale has no queue (its admission is not `queue`)")
 }
 
-/// The queue's frontier now (this instance's, at most [`frontier::REFRESH`] old).
+/// The queue's frontier now (this instance's, at most [`crate::admit::frontier::REFRESH`] old).
 pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
-    let (pg, redis, keys) = (state.pg.clone(), state.redis.clone(), state.keys.clone());
-    let (id, begin_at, shards, turn) = (
-        voucher.id,
-        flash.begin_at,
-        flash.shards(),
-        flash.turn_secs.unwrap_or(300),
-    );
-    Ok(state
-        .admit
-        .frontiers
-        .get(id, frontier::REFRESH, || async move {
-            // Read when the frontier may move, after the live orders are counted.
-            let units = || async { Ok(stock::remaining(&redis, &keys, id, shards).await?.unwrap_or(0)) };
-            advance::advance(&pg, id, begin_at, units, i64::from(turn)).await
-        })
-        .await?)
+    let (id, shards, turn) = (voucher.id, flash.shards(), flash.turn_secs.unwrap_or(300));
+    // Read when the frontier may move, after the live orders are counted.
+    let units = || async { Ok(state.sales.remaining(id, shards).await?.unwrap_or(0)) };
+    Ok(state.admit.frontier(id, flash.begin_at, i64::from(turn), units).await?)
 }
 
 /// Advances every queue sale running now (begun, not ended) that this
@@ -110,7 +97,7 @@ async fn status(
     let f = frontier_of(state, voucher, flash).await?;
     // Drawn since the ticket was made: look the place up once.
     let place = match place {
-        None if f.sealed => queue::place_of(&state.pg, voucher.id, user).await?.flatten(),
+        None if f.sealed => state.admit.place_of(voucher.id, user).await?.flatten(),
         p => p,
     };
     let exp = flash.end_at.timestamp().max(0) as u64 + 60;
@@ -142,7 +129,7 @@ async fn status(
     }
     s.position = Some(0);
     s.estimated_wait_secs = Some(0.0);
-    let Some(turn) = advance::turn_of(&state.pg, voucher.id, place).await? else {
+    let Some(turn) = state.admit.turn_of(voucher.id, place).await? else {
         return Ok(s);
     };
     // The turn counts the time the sale was not paused: while it is, the end
@@ -198,7 +185,7 @@ pub async fn join_queue(
     let proof = first_proof(&req, &state, id, caller.user_id, &flash)?;
     // One place per shopper: a shopper who has one gets it back without paying
     // again (an expired proof sent with the request does not matter then).
-    let had = queue::place_of(&state.pg, id, caller.user_id).await?;
+    let had = state.admit.place_of(id, caller.user_id).await?;
     if had.is_none() {
         match proof {
             Proof::Good => {}
@@ -207,7 +194,9 @@ pub async fn join_queue(
         }
     }
     let cap = cap_of(&req, &state.settings.trusted_proxies, &flash);
-    let joined = queue::join(&state.pg, id, caller.user_id, flash.begin_at, cap.as_ref())
+    let joined = state
+        .admit
+        .join(id, caller.user_id, flash.begin_at, cap.as_ref())
         .await?
         .map_err(|refused| match refused {
             queue::NotJoined::Sealing => ApiError::unavailable(
@@ -266,7 +255,9 @@ pub async fn queue_me(
     };
     let place = match from_ticket {
         Some(place) => place,
-        None => queue::place_of(&state.pg, id, caller.user_id)
+        None => state
+            .admit
+            .place_of(id, caller.user_id)
             .await?
             .ok_or_else(|| ApiError::not_found("not_in_queue", "the caller has not joined this queue"))?,
     };
