@@ -4,7 +4,7 @@
 //! - [`order::place`]: the handler checks the sale window from the in-process
 //!   [`voucher::cache`], then runs one Lua script (`lua/reserve.lua`) that takes stock,
 //!   marks the shopper and appends the order to the voucher's outbox stream atomically
-//!   (one call for every order waiting for the same shard: [`order::reserve`]);
+//!   (one call for every order waiting for the same shard: [`order::gates`]);
 //! - [`outbox`]: the relay moves outbox entries to RabbitMQ with publisher confirms,
 //!   a batch of orders per message, and acknowledges in Redis only what was confirmed;
 //! - [`worker`]: consumes those messages and writes orders and stock decrements to

@@ -3,7 +3,7 @@
 //! The order path records its outcome and the Lua latency; the relay its batches,
 //! confirms and lag; the worker its batch sizes, persist latency and results; a
 //! middleware the HTTP latency by route pattern and method, whose labels the code
-//! bounds (see [`crate::http::admission`]). The outbox backlog is read from Redis
+//! bounds (see [`crate::http::rate_limits`]). The outbox backlog is read from Redis
 //! by a background task ([`crate::http::health`]), never per scrape.
 use prometheus::{
     exponential_buckets, Encoder, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, Registry, TextEncoder,

@@ -29,13 +29,13 @@ pub async fn signal() {
 pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
     let jwt: web::Data<JwtKeys> = web::Data::from(state.jwt.clone());
     let limit = state.settings.body_limit;
-    let admission = web::Data::from(state.admission.clone());
+    let admission = web::Data::from(state.rate_limits.clone());
     let metrics = web::Data::from(state.metrics.clone());
     let workers = state.settings.http_workers;
     let state = web::Data::from(state);
     let server = HttpServer::new(move || {
         App::new()
-            .wrap(actix_web::middleware::from_fn(crate::http::admission::admit))
+            .wrap(actix_web::middleware::from_fn(crate::http::rate_limits::admit))
             .wrap(TracingLogger::<crate::http::request_span::RequestSpan>::new())
             // Outermost: every answer, refusals of admission and routing included,
             // carries `X-Request-Id`, and the span above logs the same id.
@@ -112,6 +112,6 @@ fn query_error(err: QueryPayloadError, _: &HttpRequest) -> actix_web::Error {
 /// No route took the request: 405 with `Allow` for a known path, else 404.
 async fn not_found(req: HttpRequest) -> actix_web::HttpResponse {
     use actix_web::HttpMessage;
-    req.extensions_mut().insert(crate::http::admission::Unmatched);
+    req.extensions_mut().insert(crate::http::rate_limits::Unmatched);
     crate::http::methods::unrouted(req.method(), req.path())
 }

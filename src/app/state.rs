@@ -40,7 +40,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let sequences = Sequences::new(c.pg.clone(), opts.clock.clone()).witnessed(c.witness.clone());
     migrate_or_check(&settings, mode, &c.background_pg, &background_sequences).await?;
     let cache = loaded_cache(&settings, &c.background_pg).await;
-    let admission = Arc::new(crate::http::admission::Admission::new(&settings));
+    let rate_limits = Arc::new(crate::http::rate_limits::RateLimits::new(&settings));
     let admit = Arc::new(crate::admit::Admission::new(
         &crate::admit::signing::root_of(&settings),
         c.pg.clone(),
@@ -92,7 +92,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         broker: c.broker,
         sequences,
         instance,
-        admission,
+        rate_limits,
         admit,
         locks,
         user_serializer,
@@ -260,18 +260,18 @@ fn order_desk(
     recovery: &Arc<crate::recovery::Recovery>,
     clock_skew: &Arc<crate::clock_skew::ClockSkew>,
     opts: &Options,
-) -> crate::order::place::OrderDesk {
+) -> crate::order::place::OrderPlacer {
     let replication = crate::order::replication::Replication::new(
         &c.redis,
         settings.redis_wait_replicas,
         settings.redis_wait_timeout,
         settings.dependency_timeout,
     );
-    crate::order::place::OrderDesk {
+    crate::order::place::OrderPlacer {
         cache: cache.clone(),
         ids: ids.clone(),
         redis: c.redis.clone(),
-        reserver: Arc::new(crate::order::reserve::Reserver::new(
+        reserver: Arc::new(crate::order::gates::Reserver::new(
             c.keys.clone(),
             replication.clone(),
             c.metrics.clone(),
@@ -282,6 +282,6 @@ fn order_desk(
         clock: opts.clock.clone(),
         clock_skew: clock_skew.clone(),
         metrics: c.metrics.clone(),
-        movers: Default::default(),
+        refill_flights: Default::default(),
     }
 }

@@ -114,7 +114,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         });
     }
     {
-        let (admission, stop) = (state.admission.clone(), stop.clone());
+        let (admission, stop) = (state.rate_limits.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {
             // Often: a crowd of distinct shoppers adds a limiter entry per shopper, and an
             // entry is forgettable a second after its last request.

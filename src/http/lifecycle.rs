@@ -43,7 +43,7 @@ pub async fn pay(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
-    state.admission.check_pay_cancel(caller.user_id)?;
+    state.rate_limits.check_pay_cancel(caller.user_id)?;
     // The guarded future owns a handle on the state (the serializer borrows the other).
     let owned = state.clone();
     state
@@ -71,7 +71,7 @@ pub async fn cancel(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
-    state.admission.check_pay_cancel(caller.user_id)?;
+    state.rate_limits.check_pay_cancel(caller.user_id)?;
     let owned = state.clone();
     state
         .user_serializer

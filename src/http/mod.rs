@@ -3,7 +3,6 @@
 //! authentication, admission control, health checks, the OpenAPI document and the
 //! admin console page. The
 //! domain never depends on this module.
-pub mod admission;
 pub mod admit_admin;
 pub mod auth;
 pub mod challenge;
@@ -20,6 +19,7 @@ pub mod openapi;
 pub mod orders;
 pub mod path;
 pub mod raffle;
+pub mod rate_limits;
 pub mod repair;
 pub mod report;
 pub mod request_id;

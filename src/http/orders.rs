@@ -53,7 +53,7 @@ pub async fn place(
 ) -> Result<HttpResponse, ApiError> {
     let caller = shopper.0;
     // The admission middleware counts only the refusals that never got here.
-    req.extensions_mut().insert(super::admission::HandlerRan);
+    req.extensions_mut().insert(super::rate_limits::HandlerRan);
     let voucher_id = path_id(&path)?;
     // What the instance answers alone (sold out, outside the window) costs the
     // crowd nothing more: not even a place in the per-shopper rate limiter.
@@ -71,7 +71,7 @@ pub async fn place(
             return Err(refused);
         }
     }
-    if let Err(limited) = state.admission.check_user(caller.user_id) {
+    if let Err(limited) = state.rate_limits.check_user(caller.user_id) {
         state.metrics.order("rate_limited");
         return Err(limited);
     }

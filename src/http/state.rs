@@ -30,7 +30,7 @@ pub struct AppState {
     pub sequences: Sequences,
     /// Names this process in Redis consumer groups and logs.
     pub instance: String,
-    pub admission: Arc<super::admission::Admission>,
+    pub rate_limits: Arc<super::rate_limits::RateLimits>,
     /// Fair admission: admission tokens, queue tickets, proofs of work, frontiers.
     pub admit: Arc<crate::admit::Admission>,
     pub locks: Arc<crate::lock::LockService>,
@@ -41,7 +41,7 @@ pub struct AppState {
     /// closed, its floors, the repairs ([`crate::recovery`]).
     pub recovery: Arc<crate::recovery::Recovery>,
     /// The order path: cache, id worker, Redis, clocks.
-    pub orders: crate::order::place::OrderDesk,
+    pub orders: crate::order::place::OrderPlacer,
     /// The sales area: vouchers, stock, top-ups, pauses, books.
     pub sales: crate::voucher::sales::Sales,
     /// The idempotency keys' answers.

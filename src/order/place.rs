@@ -3,7 +3,7 @@
 //! No Postgres: the voucher and its sale window come from the in-process cache. One
 //! Redis round trip carries the order: `lua/reserve.lua` (EVALSHA) admits or refuses
 //! it and, when it admits it, has already put it in the voucher's outbox. The call
-//! carries every order of this process waiting for the same shard (`reserve.rs`:
+//! carries every order of this process waiting for the same shard (`gates.rs`:
 //! while one call is in flight the next orders gather, so an order waits at most
 //! for the call ahead of it). The order id comes from the ID worker's in-memory
 //! block.
@@ -25,13 +25,13 @@
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 mod handles;
 
+pub use super::gates::Reservation;
+use super::gates::{Ask, Reserver};
 use super::id_worker::IdWorker;
-pub use super::movers::Movers;
+pub use super::refill_flights::RefillFlights;
 use super::refusal::unavailable;
 pub use super::refusal::Refusal;
 use super::replication::Replication;
-pub use super::reserve::Reservation;
-use super::reserve::{Ask, Reserver};
 use crate::clock::Clock;
 use crate::clock_skew::ClockSkew;
 use crate::keys::Keys;
@@ -42,7 +42,7 @@ use crate::voucher::refill::{refill, Refill};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 
-/// An order's sale as [`OrderDesk::judge_early`] found it: its cache entry, and
+/// An order's sale as [`OrderPlacer::judge_early`] found it: its cache entry, and
 /// the instant its window was judged at (the order's admission time).
 pub struct Judged {
     entry: Arc<Entry>,
@@ -68,7 +68,7 @@ impl Judged {
 
 /// What placing an order needs.
 #[derive(Clone)]
-pub struct OrderDesk {
+pub struct OrderPlacer {
     pub cache: Arc<VoucherCache>,
     pub ids: Arc<IdWorker>,
     pub redis: Redis,
@@ -78,8 +78,8 @@ pub struct OrderDesk {
     pub clock_skew: Arc<ClockSkew>,
     pub metrics: Arc<Metrics>,
     /// One mover per dry (voucher, shard) in this process.
-    pub movers: Arc<Movers>,
-    /// The gates that coalesce each shard's reservations (see `reserve.rs`).
+    pub refill_flights: Arc<RefillFlights>,
+    /// The gates that coalesce each shard's reservations (see `gates.rs`).
     pub reserver: Arc<Reserver>,
 }
 
@@ -88,7 +88,7 @@ const MAX_REFILLS: usize = 3;
 /// How many times one order request may run the script.
 const MAX_TRIES: usize = 8;
 
-impl OrderDesk {
+impl OrderPlacer {
     /// The refusals this process decides alone, from the cache and its clock: no
     /// such voucher, not a flash sale, paused, a clock too far off, outside the
     /// window. The voucher's entry otherwise, and the instant the window was
@@ -122,7 +122,7 @@ impl OrderDesk {
     /// sold-out flag's included (a look that takes no probe: the one request that
     /// is to probe it with Redis goes on). The crowd after a sell-out, or outside
     /// the window, costs a cache lookup. What it judged is handed to
-    /// [`OrderDesk::place`], which does not look again.
+    /// [`OrderPlacer::place`], which does not look again.
     pub fn judge_early(&self, voucher_id: i64) -> Result<Judged, Refusal> {
         let (entry, now) = self.judge(voucher_id)?;
         if entry.known_sold_out() {
@@ -131,7 +131,7 @@ impl OrderDesk {
         Ok(Judged { entry, now })
     }
 
-    /// Places the order judged by [`OrderDesk::judge_early`] for `user_id`;
+    /// Places the order judged by [`OrderPlacer::judge_early`] for `user_id`;
     /// returns the new order's id.
     pub async fn place(&self, judged: Judged, user_id: i64) -> Result<i64, Refusal> {
         let Judged { entry, now } = judged;
@@ -193,7 +193,7 @@ impl OrderDesk {
 
     /// Brings units to dry shard `shard` of the sale: runs a refill, counted in
     /// `refills`, or takes the answer of one that started after this request found
-    /// the shard dry (see [`Movers`]).
+    /// the shard dry (see [`RefillFlights`]).
     async fn refill_dry(
         &self,
         voucher_id: i64,
@@ -201,7 +201,7 @@ impl OrderDesk {
         shard: u32,
         refills: &mut usize,
     ) -> Result<Refill, Refusal> {
-        let mover = self.movers.get(voucher_id);
+        let mover = self.refill_flights.get(voucher_id);
         let dry_at = mover.started.load(std::sync::atomic::Ordering::Acquire);
         let mut last = mover.last.lock().await;
         match *last {
@@ -276,7 +276,7 @@ impl OrderDesk {
     }
 
     /// Runs the script for one order on one shard of the sale (with the other
-    /// orders at that shard's gate, see `reserve.rs`).
+    /// orders at that shard's gate, see `gates.rs`).
     pub async fn reserve_at(&self, voucher_id: i64, shard: u32, shards: u32, ask: Ask) -> anyhow::Result<Reservation> {
         let redis = self.on_this_thread();
         self.reserver.reserve(&redis, voucher_id, shard, shards, ask).await

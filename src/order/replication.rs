@@ -4,7 +4,7 @@ use crate::redis_conn::Redis;
 use redis::Value;
 use std::sync::{Arc, LazyLock};
 
-/// `lua/reserve.lua`, as `reserve.rs` runs it (the same text, so the same hash).
+/// `lua/reserve.lua`, as `gates.rs` runs it (the same text, so the same hash).
 const SOURCE: &str = include_str!("../../lua/reserve.lua");
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
 

@@ -109,7 +109,7 @@ async fn a_flood_of_health_and_metrics_requests_is_limited_on_a_budget_of_its_ow
     assert_eq!(app.get("/health/ready", None).await.0, StatusCode::OK);
     let mut statuses = Vec::new();
     for path in ["/health/live", "/metrics"] {
-        for _ in 0..(2 * seckill::http::admission::PROBE_PER_IP) {
+        for _ in 0..(2 * seckill::http::rate_limits::PROBE_PER_IP) {
             statuses.push(app.get(path, None).await.0);
         }
     }

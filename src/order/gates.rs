@@ -1,4 +1,4 @@
-//! Running `lua/reserve.lua` for orders, coalesced per shard.
+//! The per-shard gates that run `lua/reserve.lua` for orders, coalesced per shard.
 //!
 //! Every order for one shard of a sale goes through that shard's gate in this
 //! process. While no call for the shard is in flight, an order's call leaves at

@@ -1,7 +1,7 @@
-//! Admission control, all in-process (no Redis round trip):
+//! Rate limits and load shedding, all in-process (no Redis round trip):
 //! - per-client-address rate limit on every API request;
-//! - per-shopper rate limit on order requests ([`Admission::check_user`]), and one
-//!   of its own on pay and cancel together ([`Admission::check_pay_cancel`]);
+//! - per-shopper rate limit on order requests ([`RateLimits::check_user`]), and one
+//!   of its own on pay and cancel together ([`RateLimits::check_pay_cancel`]);
 //! - a bound on requests in flight per instance, beyond which requests are shed at
 //!   once with 503 instead of queueing until clients time out;
 //! - a small budget of its own for the admin (valid admin tokens on
@@ -31,7 +31,7 @@ use std::time::Duration;
 
 type Keyed<K> = RateLimiter<K, DefaultKeyedStateStore<K>, DefaultClock>;
 
-pub struct Admission {
+pub struct RateLimits {
     per_user: Option<Keyed<i64>>,
     per_user_pay_cancel: Option<Keyed<i64>>,
     per_ip: Option<Keyed<IpAddr>>,
@@ -65,7 +65,7 @@ const ADMIN_MAX_IN_FLIGHT: usize = 32;
 /// flood of admin paths with junk tokens shares the crowd's in-flight cap and
 /// per-address limit and cannot take the admin's budget; the console's files have
 /// a budget of their own, so that a flood of them cannot either.
-fn budget_of<'a>(req: &ServiceRequest, adm: &'a Admission) -> Option<&'a AtomicUsize> {
+fn budget_of<'a>(req: &ServiceRequest, adm: &'a RateLimits) -> Option<&'a AtomicUsize> {
     let path = req.path();
     if CONSOLE_PATHS.contains(&path) {
         return Some(&adm.console_in_flight);
@@ -108,7 +108,7 @@ fn check_key<K: std::hash::Hash + Eq + Clone>(limiter: &Option<Keyed<K>>, key: &
     }
 }
 
-impl Admission {
+impl RateLimits {
     pub fn new(s: &Settings) -> Self {
         Self {
             per_user: limiter(s.rate_limit_per_user),
@@ -224,7 +224,7 @@ type Answer = Result<ServiceResponse<actix_web::body::BoxBody>, actix_web::Error
 async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> (Answer, bool) {
     let path = req.path();
     let probe = path.starts_with("/health/") || path == "/metrics";
-    let Some(adm) = req.app_data::<web::Data<Admission>>().cloned() else {
+    let Some(adm) = req.app_data::<web::Data<RateLimits>>().cloned() else {
         return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
     };
     if probe {

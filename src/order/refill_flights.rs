@@ -1,4 +1,4 @@
-//! [`Movers`]: single flight for the refills of a sharded sale's dry shard, per
+//! [`RefillFlights`]: single flight for the refills of a sharded sale's dry shard, per
 //! sale in this process (`place.rs` runs them).
 use crate::voucher::refill::Refill;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// So at a sell-out one refill per process answers every waiting request, and a
 /// "sold out" is never older than the request it answers.
 #[derive(Default)]
-pub struct Movers {
+pub struct RefillFlights {
     map: std::sync::Mutex<std::collections::HashMap<i64, Arc<Mover>>>,
 }
 
@@ -22,11 +22,11 @@ pub(super) struct Mover {
     pub(super) started: std::sync::atomic::AtomicU64,
 }
 
-impl Movers {
+impl RefillFlights {
     pub(super) fn get(&self, voucher: i64) -> Arc<Mover> {
         self.map
             .lock()
-            .expect("movers poisoned")
+            .expect("refill_flights poisoned")
             .entry(voucher)
             .or_default()
             .clone()
