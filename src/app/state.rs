@@ -67,7 +67,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     };
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
-    let orders = order_desk(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
+    let orders = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
     let lookup = crate::order::status::Lookup {
         pg: c.pg.clone(),
         redis: c.redis.clone(),
@@ -252,7 +252,7 @@ async fn order_ids(settings: &Settings, mode: Mode, c: &Clients, opts: &Options)
 }
 
 /// The order path's services: the order script's caller and what it reads.
-fn order_desk(
+fn order_placer(
     settings: &Settings,
     c: &Clients,
     cache: &Arc<VoucherCache>,

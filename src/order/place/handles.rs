@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 thread_local! {
     /// Per order placer (known by its `refill_flights`, whose weak reference also tells that
-    /// the desk is gone), this thread's Redis handle. Shared, not cloned, per order:
+    /// the placer is gone), this thread's Redis handle. Shared, not cloned, per order:
     /// a `Redis` clone copies its clients' connection details (strings).
     static HOT: std::cell::RefCell<Vec<(std::sync::Weak<RefillFlights>, Arc<Redis>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -18,15 +18,15 @@ impl OrderPlacer {
     pub(super) fn on_this_thread(&self) -> Arc<Redis> {
         HOT.with(|hot| {
             let mut hot = hot.borrow_mut();
-            // A live weak reference to this desk's `refill_flights` is this desk: the
+            // A live weak reference to this placer's `refill_flights` is this placer: the
             // allocation cannot be reused while the reference exists.
             if let Some((_, r)) = hot
                 .iter()
-                .find(|(desk, _)| desk.as_ptr() == Arc::as_ptr(&self.refill_flights))
+                .find(|(placer, _)| placer.as_ptr() == Arc::as_ptr(&self.refill_flights))
             {
                 return r.clone();
             }
-            hot.retain(|(desk, _)| desk.strong_count() > 0);
+            hot.retain(|(placer, _)| placer.strong_count() > 0);
             let r = Arc::new(self.redis.on_this_thread());
             hot.push((Arc::downgrade(&self.refill_flights), r.clone()));
             r
