@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+mod queues;
 mod set;
 pub use set::Tasks;
 
@@ -82,7 +83,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = every.tick() => crate::http::waiting::advance_running_queues(&state).await,
+                    _ = every.tick() => queues::advance_running_queues(&state).await,
                 }
             }
         });

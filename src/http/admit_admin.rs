@@ -1,13 +1,13 @@
 //! The admin's view of a sale's admission (the console polls it) and the live
 //! change of a queue's admit rate.
 use super::auth::Admin;
-use super::challenge::sale;
 use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
 use super::vouchers::announce;
+use super::vouchers::sale;
 use super::waiting::frontier_of;
 use crate::admit::advance::{Admitted, Frontier};
 use crate::admit::raffle::{Summary, Winner};

@@ -7,9 +7,10 @@ use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
+use super::vouchers::sale;
 use crate::admit::pow::Challenge;
 use crate::admit::queue::unix_now;
-use crate::voucher::model::{FlashSale, Voucher};
+use crate::voucher::model::FlashSale;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest};
 
@@ -19,17 +20,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 /// The header of a proof of work (an ALTCHA payload).
 pub const POW_HEADER: &str = "X-Altcha";
-
-/// The sale `id` names: from the cache, else Postgres (a sale created a moment
-/// ago on another instance).
-pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
-    let voucher = super::vouchers::cached(state, id).await?;
-    let flash = voucher
-        .flash
-        .clone()
-        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
-    Ok((voucher, flash))
-}
 
 /// A proof of work sent, checked before anything is read ([`first_proof`]).
 pub(super) enum Proof {

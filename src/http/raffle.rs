@@ -3,12 +3,13 @@
 mod bodies;
 
 use super::auth::Shopper;
-use super::challenge::{proof_of_work, sale};
+use super::challenge::proof_of_work;
 use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
+use super::vouchers::sale;
 use crate::admit::draw::Submitted;
 use crate::admit::raffle::{Entered, Summary};
 use crate::admit::Mode;

@@ -10,7 +10,7 @@ use super::responses::{
 use super::state::AppState;
 use crate::id;
 use crate::voucher::audit::{Audit, Lookup};
-use crate::voucher::model::{NewVoucher, Voucher};
+use crate::voucher::model::{FlashSale, NewVoucher, Voucher};
 use crate::voucher::repo;
 use crate::voucher::stock;
 use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
@@ -33,20 +33,18 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// unknown id costs Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`,
 /// not one per request; see `voucher::cache::missing`).
 pub(super) async fn cached(state: &AppState, id: i64) -> Result<Voucher, ApiError> {
-    if let Some(e) = state.cache.get(id) {
-        return Ok(e.voucher.clone());
-    }
-    if state.cache.known_missing(id) {
-        return Err(voucher_not_found());
-    }
-    let marker = state.cache.read_marker();
-    match state.sales.get(id).await? {
-        Some(v) => Ok(v),
-        None => {
-            state.cache.note_missing(id, marker);
-            Err(voucher_not_found())
-        }
-    }
+    state.sales.lookup(id).await?.ok_or_else(voucher_not_found)
+}
+
+/// The flash sale `id` (see [`cached`]): 409 `not_a_flash_sale` for an ordinary
+/// voucher, which has no admission.
+pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
+    let voucher = cached(state, id).await?;
+    let flash = voucher
+        .flash
+        .clone()
+        .ok_or_else(|| ApiError::conflict("not_a_flash_sale", "an ordinary voucher has no admission"))?;
+    Ok((voucher, flash))
 }
 
 pub(super) fn voucher_not_found() -> ApiError {

@@ -1,12 +1,13 @@
 //! The waiting room of a `queue` sale: joining and polling a place (`src/admit`).
 use super::auth::Shopper;
-use super::challenge::{first_proof, proof_of_work, sale, Proof};
+use super::challenge::{first_proof, proof_of_work, Proof};
 use super::client_addr::{cap_of, cap_reached};
 use super::error::ApiError;
 use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
+use super::vouchers::sale;
 use crate::admit::advance::Frontier;
 use crate::admit::queue;
 use crate::admit::Mode;
@@ -62,28 +63,6 @@ pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &Fla
     // Read when the frontier may move, after the live orders are counted.
     let units = || async { Ok(state.sales.remaining(id, shards).await?.unwrap_or(0)) };
     Ok(state.admit.frontier(id, flash.begin_at, i64::from(turn), units).await?)
-}
-
-/// Advances every queue sale running now (begun, not ended) that this
-/// instance knows, as far as its rate allows; what fails is tried on the next tick.
-pub async fn advance_running_queues(state: &AppState) {
-    let now = Utc::now();
-    for entry in state.cache.flash_sales() {
-        let Some(flash) = entry.voucher.flash.as_ref() else {
-            continue;
-        };
-        if flash.admission != Mode::Queue || now < flash.begin_at {
-            continue;
-        }
-        if now >= flash.end_at {
-            // Ended: its frontier is of no more use to this instance.
-            state.admit.frontiers.forget(entry.voucher.id);
-            continue;
-        }
-        if let Err(e) = frontier_of(state, &entry.voucher, flash).await {
-            tracing::debug!(voucher_id = entry.voucher.id, error = ?e, "queue not advanced this tick");
-        }
-    }
 }
 
 async fn status(

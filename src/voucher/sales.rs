@@ -60,6 +60,25 @@ impl Sales {
         repo::get(&self.pg, id).await
     }
 
+    /// The voucher `id` from this instance's cache, else from Postgres, unless
+    /// Postgres said lately that there is none (`None` at once: an unknown id costs
+    /// Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`, not one per
+    /// request; see `voucher::cache::missing`).
+    pub async fn lookup(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
+        if let Some(e) = self.cache.get(id) {
+            return Ok(Some(e.voucher.clone()));
+        }
+        if self.cache.known_missing(id) {
+            return Ok(None);
+        }
+        let marker = self.cache.read_marker();
+        let found = repo::get(&self.pg, id).await?;
+        if found.is_none() {
+            self.cache.note_missing(id, marker);
+        }
+        Ok(found)
+    }
+
     /// Vouchers newest first, below `before`.
     pub async fn page(&self, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
         repo::page(&self.pg, before, limit).await
