@@ -35,17 +35,39 @@ pub struct Relay {
     pg: sqlx::PgPool,
     /// This process's floors, raised to the sequences the relay reads.
     recovery: Arc<crate::recovery::Recovery>,
+    consumer: String,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// How much a round reads and how long it waits.
+    tuning: Tuning,
     /// Orders read before a repair of their sale whose entry is gone and whose sale
     /// is closed: settled again a second later (see `read_before_repair`).
-    held: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
-    /// When the held orders were last settled.
-    held_tried: std::sync::Mutex<Option<Instant>>,
-    consumer: String,
+    held: Held,
+    /// What the relay remembers from one round to the next.
+    memory: Memory,
+}
+
+/// How much a round reads and how long it waits.
+struct Tuning {
+    /// Orders per message, and about as many per outbox read.
     batch: usize,
+    /// How long a round that read less than a batch lets orders gather.
     linger: Duration,
+    /// How long an entry stays pending before another relay claims it.
     claim_idle: Duration,
+    /// How long a publish waits for its confirm.
     confirm_timeout: Duration,
-    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// Orders held from one round to a later one (see `read_before_repair`).
+#[derive(Default)]
+struct Held {
+    orders: std::sync::Mutex<Vec<(OrderMsg, Origin)>>,
+    /// When the held orders were last settled.
+    tried: std::sync::Mutex<Option<Instant>>,
+}
+
+/// What a relay remembers from one round to the next.
+struct Memory {
     /// The registry of outboxes in Redis (`<ns>:outboxes`) as last read, and when.
     registry: std::sync::Mutex<(Option<Instant>, Vec<Outbox>)>,
     /// Set when a round read nothing of this consumer's pending entries on purpose:
@@ -130,20 +152,23 @@ impl Relay {
             broker,
             pg,
             recovery,
-            held: Default::default(),
-            held_tried: Default::default(),
             consumer,
-            batch: settings.relay_batch,
-            linger: settings.relay_linger,
-            claim_idle: settings.relay_claim_idle,
-            confirm_timeout: timeout.max(Duration::from_secs(5)),
             metrics,
-            registry: Default::default(),
-            left_pending: Default::default(),
-            slot_warned: Default::default(),
-            reread: Default::default(),
-            per_entry: std::sync::atomic::AtomicUsize::new(1),
-            unreadable: Default::default(),
+            tuning: Tuning {
+                batch: settings.relay_batch,
+                linger: settings.relay_linger,
+                claim_idle: settings.relay_claim_idle,
+                confirm_timeout: timeout.max(Duration::from_secs(5)),
+            },
+            held: Held::default(),
+            memory: Memory {
+                registry: Default::default(),
+                left_pending: Default::default(),
+                slot_warned: Default::default(),
+                reread: Default::default(),
+                per_entry: std::sync::atomic::AtomicUsize::new(1),
+                unreadable: Default::default(),
+            },
         }
     }
 
@@ -152,7 +177,7 @@ impl Relay {
     /// `batch` orders per outbox read (one entry at least), whether the calls that
     /// wrote the entries carried one order each or a crowd's worth.
     fn entries_per_read(&self) -> usize {
-        (self.batch / self.per_entry.load(std::sync::atomic::Ordering::Relaxed).max(1)).max(1)
+        (self.tuning.batch / self.memory.per_entry.load(std::sync::atomic::Ordering::Relaxed).max(1)).max(1)
     }
 
     /// Runs until `stop`. The round in progress finishes before it returns.
@@ -182,13 +207,17 @@ impl Relay {
             // spent this yields, so that no such path holds the runtime's thread
             // (on a single-thread runtime: every task of the process) again.
             tokio::task::consume_budget().await;
-            if last_claim.elapsed() >= self.claim_idle / 2 {
+            if last_claim.elapsed() >= self.tuning.claim_idle / 2 {
                 last_claim = Instant::now();
                 if self.claim().await? > 0 {
                     read = Read::OwnPending;
                 }
             }
-            if self.left_pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            if self
+                .memory
+                .left_pending
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
                 read = Read::OwnPending;
             }
             let round = Instant::now();
@@ -196,13 +225,13 @@ impl Relay {
             if read == Read::OwnPending && n == 0 {
                 read = Read::New;
             }
-            if read == Read::New && n > 0 && n < self.batch {
+            if read == Read::New && n > 0 && n < self.tuning.batch {
                 // Less than a full batch: let orders gather before the next read, so
                 // that under a crowd one message (one confirm, one worker
                 // transaction) carries many orders. Orders are acknowledged to
                 // shoppers before they reach the outbox, so this delays only their
                 // persistence, by at most the linger.
-                if let Some(rest) = self.linger.checked_sub(round.elapsed()) {
+                if let Some(rest) = self.tuning.linger.checked_sub(round.elapsed()) {
                     tokio::select! {
                         _ = stop.cancelled() => {}
                         _ = tokio::time::sleep(rest) => {}

@@ -25,10 +25,10 @@ impl Relay {
                     .arg(&stream)
                     .arg(RELAY_GROUP)
                     .arg(&self.consumer)
-                    .arg(self.claim_idle.as_millis() as u64)
+                    .arg(self.tuning.claim_idle.as_millis() as u64)
                     .arg(&cursor)
                     .arg("COUNT")
-                    .arg(self.batch)
+                    .arg(self.tuning.batch)
                     .arg("JUSTID")
                     .query_async(&mut conn)
                     .await;

@@ -19,7 +19,7 @@ impl Relay {
             .map(|(id, k, shards)| self.keys.outbox_at(id, k, shards))
             .collect();
         let stale = {
-            let registry = self.registry.lock().expect("registry poisoned");
+            let registry = self.memory.registry.lock().expect("registry poisoned");
             ids.extend(registry.1.iter().cloned());
             registry.0.is_none_or(|at| at.elapsed() >= REGISTRY_EVERY)
         };
@@ -32,7 +32,7 @@ impl Relay {
                     .await
             }
             .await;
-            let mut registry = self.registry.lock().expect("registry poisoned");
+            let mut registry = self.memory.registry.lock().expect("registry poisoned");
             registry.0 = Some(Instant::now());
             match read {
                 Ok(listed) => {

@@ -31,7 +31,7 @@ impl Relay {
             if !stale.is_empty() {
                 fresh.extend(self.settle_stale(conn, stale, &gens).await?);
             }
-            let chunks: Vec<std::ops::Range<usize>> = messages(fresh.len(), self.batch).collect();
+            let chunks: Vec<std::ops::Range<usize>> = messages(fresh.len(), self.tuning.batch).collect();
             let mut refused = None;
             for (k, range) in chunks.iter().enumerate() {
                 let chunk: Vec<OrderMsg> = fresh[range.clone()].iter().map(|(o, _)| *o).collect();
@@ -89,7 +89,7 @@ impl Relay {
             ORDERS_ROUTING_KEY,
             &body,
             props,
-            self.confirm_timeout,
+            self.tuning.confirm_timeout,
         )
         .await
         .context("publishing an order batch")

@@ -40,7 +40,7 @@ pub const LATE_CONFLICT: &str =
 impl Relay {
     /// Settles orders whose generation is not their sale's in `gens` (see the
     /// module above): returns those to publish now, as of their sale's generation;
-    /// those held are in `self.held` (this round's included), the others done.
+    /// those held are in `self.held.orders` (this round's included), the others done.
     pub(super) async fn settle_stale(
         &self,
         conn: &mut Conn,
@@ -55,6 +55,7 @@ impl Relay {
         self.hold(&gone);
         let settled = self.settle_gone(conn, &gone, gens).await?;
         self.held
+            .orders
             .lock()
             .expect("held poisoned")
             .retain(|(o, _)| !settled.contains(&(o.id, o.user_id, o.voucher_id)));
@@ -163,7 +164,7 @@ impl Relay {
 
     /// Holds orders (whose entry is gone) until they are settled; each once.
     pub(super) fn hold(&self, orders: &[(OrderMsg, Origin)]) {
-        let mut held = self.held.lock().expect("held poisoned");
+        let mut held = self.held.orders.lock().expect("held poisoned");
         for (o, origin) in orders {
             if !held
                 .iter()

@@ -39,7 +39,7 @@ impl Relay {
         if streams.is_empty() && held.is_empty() {
             // A round that reads nothing leaves a pending re-read for the next one.
             if read == Read::OwnPending {
-                self.left_pending.store(true, Ordering::Relaxed);
+                self.memory.left_pending.store(true, Ordering::Relaxed);
             }
             return Ok(0);
         }
@@ -56,7 +56,8 @@ impl Relay {
             self.park_unreadable(&mut conn, &reading.unreadable).await;
         }
         if reading.entries > 0 {
-            self.per_entry
+            self.memory
+                .per_entry
                 .store(reading.orders.len().div_ceil(reading.entries), Ordering::Relaxed);
         }
         let Reading {
@@ -77,7 +78,7 @@ impl Relay {
         // the earlier messages' orders too (the worker stores each order once).
         let floors: Vec<(String, i64)> = seen.into_iter().collect();
         let Some(published) = self.publish_read(&mut conn, channel, orders, &floors).await? else {
-            self.left_pending.store(true, Ordering::Relaxed);
+            self.memory.left_pending.store(true, Ordering::Relaxed);
             return Ok(0);
         };
         for (tag, seq) in &floors {
@@ -92,9 +93,9 @@ impl Relay {
     /// Orders held from an earlier round (see `read_before_repair`), settled again once a
     /// second: until then they take no part (and hold no round up).
     fn held_due(&self) -> Vec<(OrderMsg, Origin)> {
-        let mut last = self.held_tried.lock().expect("held poisoned");
+        let mut last = self.held.tried.lock().expect("held poisoned");
         let due = last.is_none_or(|t| t.elapsed() >= crate::recovery::desk::REFRESH_EVERY);
-        let held = self.held.lock().expect("held poisoned").clone();
+        let held = self.held.orders.lock().expect("held poisoned").clone();
         if due && !held.is_empty() {
             *last = Some(Instant::now());
             held

@@ -44,7 +44,7 @@ impl Relay {
     /// Whether a failure of `slot` is to be logged now: once every [`WARN_EVERY`]
     /// per slot (a silent master's slots fail on every round, every 20 ms).
     fn warn_for_slot(&self, slot: u16) -> bool {
-        let mut warned = self.slot_warned.lock().expect("slot warnings poisoned");
+        let mut warned = self.memory.slot_warned.lock().expect("slot warnings poisoned");
         let now = std::time::Instant::now();
         match warned.get(&slot) {
             Some(at) if now.duration_since(*at) < WARN_EVERY => false,
@@ -78,7 +78,7 @@ impl Relay {
             }
         }
         let block = by_slot.len() == 1;
-        let reread: HashSet<u16> = self.reread.lock().expect("reread poisoned").clone();
+        let reread: HashSet<u16> = self.memory.reread.lock().expect("reread poisoned").clone();
         let replies = futures::future::join_all(by_slot.iter().map(|(slot, group)| {
             let mut conn = conn.clone();
             let read = if reread.contains(slot) { Read::OwnPending } else { read };
@@ -98,7 +98,7 @@ impl Relay {
                 // new. What one read did not reach is claimed after the claim
                 // timeout, as before.
                 if read == Read::OwnPending {
-                    self.reread.lock().expect("reread poisoned").remove(slot);
+                    self.memory.reread.lock().expect("reread poisoned").remove(slot);
                 }
                 anyhow::Ok(r)
             }
@@ -117,7 +117,7 @@ impl Relay {
                     // pending for this consumer, unseen until claimed. This slot's
                     // next read takes this consumer's pending entries first (only
                     // this slot's: the others go on reading new entries).
-                    self.reread.lock().expect("reread poisoned").insert(*slot);
+                    self.memory.reread.lock().expect("reread poisoned").insert(*slot);
                     if self.warn_for_slot(*slot) {
                         tracing::warn!(slot, outboxes = ?group, error = %format!("{e:#}"), "reading one slot's outboxes failed; the others go on (said once per slot every 10 s)");
                     }

@@ -10,6 +10,7 @@ impl Relay {
     /// and logged as an incident.
     pub(super) fn unreadable_met(&self, stream: &str, id: &str) {
         let first = self
+            .memory
             .unreadable
             .lock()
             .expect("unreadable poisoned")
