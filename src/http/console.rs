@@ -12,7 +12,13 @@ use std::sync::LazyLock;
 
 const HTML: &str = include_str!("../../static/admin/index.html");
 const CSS: &str = include_str!("../../static/admin/console.css");
-const JS: &str = include_str!("../../static/admin/console.js");
+/// The script, kept in three files by concern (the token, the API and the list;
+/// the live view; the actions) and served as one, in this order.
+const JS: &str = concat!(
+    include_str!("../../static/admin/console/api_and_list.js"),
+    include_str!("../../static/admin/console/live.js"),
+    include_str!("../../static/admin/console/actions.js"),
+);
 
 /// Nothing but this origin: the script and style files, and the API (`connect-src`).
 /// `img-src data:` lets a canvas be saved; nothing inline runs.
