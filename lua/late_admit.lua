@@ -1,7 +1,7 @@
 -- late_admit.lua: account in Redis for an order a relay read before a repair of its
 -- sale and that the repair could not count (its outbox entry was lost with Redis
 -- going back in time before the relay recorded its intent), and put it back into
--- the shard's outbox, as a new entry, for a relay to publish (src/outbox/relay/late.rs).
+-- the shard's outbox, as a new entry, for a relay to publish (src/outbox/relay/read_before_repair.rs).
 --
 -- KEYS[1] stock  KEYS[2] buyers  KEYS[3] admitted  KEYS[4] returned  KEYS[5] outbox
 -- KEYS[6] the shard's sequence

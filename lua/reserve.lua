@@ -49,7 +49,7 @@
 -- more orders than a call may carry, is an error before any write.
 --
 -- Why a batch: the orders that reach one API process for one shard while its
--- previous call is in flight travel in the next call (see src/order/reserve.rs), so
+-- previous call is in flight travel in the next call (see src/order/gates.rs), so
 -- Redis parses, runs and answers one call for many orders. The marks, the count,
 -- the decrement and the outbox entry are written once per call, after every order
 -- was decided: one stream entry for the call's orders costs Redis one XADD (and

@@ -15,9 +15,13 @@ use anyhow::Result;
 use sqlx::{PgPool, Postgres, Transaction};
 use std::sync::Arc;
 
-/// The sales area's service: what it needs, held once, for every request.
+/// The sales area's service: what it needs, held once, for every request (a
+/// clone is one reference more).
 #[derive(Clone)]
-pub struct Sales {
+pub struct Sales(Arc<Parts>);
+
+/// What [`Sales`] holds.
+struct Parts {
     /// The request handlers' pool.
     pg: PgPool,
     redis: Redis,
@@ -39,25 +43,25 @@ pub struct SalesParts {
 
 impl Sales {
     pub fn new(p: SalesParts) -> Self {
-        Self {
+        Self(Arc::new(Parts {
             pg: p.pg,
             redis: p.redis,
             keys: p.keys,
             broker: p.broker,
             recovery: p.recovery,
             cache: p.cache,
-        }
+        }))
     }
 
     /// A transaction for a change that must commit with the caller's own writes
     /// (an idempotency key's answer): [`repo`] and [`topup`] take it.
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
-        self.pg.begin().await
+        self.0.pg.begin().await
     }
 
     /// The voucher `id`, from Postgres.
     pub async fn get(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
-        repo::get(&self.pg, id).await
+        repo::get(&self.0.pg, id).await
     }
 
     /// The voucher `id` from this instance's cache, else from Postgres, unless
@@ -65,23 +69,23 @@ impl Sales {
     /// Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`, not one per
     /// request; see `voucher::cache::missing`).
     pub async fn lookup(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
-        if let Some(e) = self.cache.get(id) {
+        if let Some(e) = self.0.cache.get(id) {
             return Ok(Some(e.voucher.clone()));
         }
-        if self.cache.known_missing(id) {
+        if self.0.cache.known_missing(id) {
             return Ok(None);
         }
-        let marker = self.cache.read_marker();
-        let found = repo::get(&self.pg, id).await?;
+        let marker = self.0.cache.read_marker();
+        let found = repo::get(&self.0.pg, id).await?;
         if found.is_none() {
-            self.cache.note_missing(id, marker);
+            self.0.cache.note_missing(id, marker);
         }
         Ok(found)
     }
 
     /// Vouchers newest first, below `before`.
     pub async fn page(&self, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
-        repo::page(&self.pg, before, limit).await
+        repo::page(&self.0.pg, before, limit).await
     }
 
     /// A shop's vouchers, after `after`.
@@ -91,67 +95,67 @@ impl Sales {
         after: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Voucher>, sqlx::Error> {
-        repo::list_by_shop(&self.pg, shop_id, after, limit).await
+        repo::list_by_shop(&self.0.pg, shop_id, after, limit).await
     }
 
     /// Orders of the sale persisted (failed ones excluded).
     pub async fn orders_persisted(&self, id: i64) -> Result<i64, sqlx::Error> {
-        repo::orders_persisted(&self.pg, id).await
+        repo::orders_persisted(&self.0.pg, id).await
     }
 
     /// Orders of the sale the payment timeout cancelled.
     pub async fn timed_out(&self, id: i64) -> Result<i64> {
-        live_numbers::timed_out(&self.pg, id).await
+        live_numbers::timed_out(&self.0.pg, id).await
     }
 
     /// A sale's stock and orders in Redis.
     pub async fn stats(&self, id: i64, shards: u32) -> Result<Stats> {
-        stock::stats(&self.redis, &self.keys, id, shards).await
+        stock::stats(&self.0.redis, &self.0.keys, id, shards).await
     }
 
     /// Units on sale in Redis, summed over the shards.
     pub async fn remaining(&self, id: i64, shards: u32) -> Result<Option<i64>> {
-        stock::remaining(&self.redis, &self.keys, id, shards).await
+        stock::remaining(&self.0.redis, &self.0.keys, id, shards).await
     }
 
     /// Puts a new sale's stock in Redis.
     pub async fn load(&self, id: i64, stock: i32, shards: u32) -> Result<bool> {
-        stock::load(&self.redis, &self.keys, id, stock, shards).await
+        stock::load(&self.0.redis, &self.0.keys, id, stock, shards).await
     }
 
     /// This instance's cache learns of `voucher` at once; the others through
     /// pub/sub.
     pub fn cache_now(&self, voucher: &Voucher) {
-        self.cache.put(voucher.clone());
+        self.0.cache.put(voucher.clone());
     }
 
     /// Tells every instance that `voucher` changed.
     pub async fn publish_change(&self, voucher: i64) -> Result<()> {
-        stock::publish(&self.redis, &self.keys, Event::Voucher(voucher)).await
+        stock::publish(&self.0.redis, &self.0.keys, Event::Voucher(voucher)).await
     }
 
     /// A sale's books (Postgres, then Redis).
     pub async fn books(&self, id: i64) -> Result<Lookup> {
-        audit::books(&self.pg, &self.redis, &self.keys, id).await
+        audit::books(&self.0.pg, &self.0.redis, &self.0.keys, id).await
     }
 
     /// A sale's books with the orders queue's depth.
     pub async fn audit(&self, id: i64) -> Result<Lookup> {
-        audit::audit(&self.pg, &self.redis, &self.keys, &self.broker, id).await
+        audit::audit(&self.0.pg, &self.0.redis, &self.0.keys, &self.0.broker, id).await
     }
 
     /// How far the relay is behind on the sale's outboxes.
     pub async fn relay_state(&self, id: i64, shards: u32) -> Result<RelayState> {
-        live_numbers::relay_state(&self.redis, &self.keys, id, shards).await
+        live_numbers::relay_state(&self.0.redis, &self.0.keys, id, shards).await
     }
 
     /// Top-up `id`, done or pending.
     pub async fn top_up(&self, id: i64) -> Result<Option<TopUp>> {
-        topup::get(&self.pg, id).await
+        topup::get(&self.0.pg, id).await
     }
 
     /// The Redis half of a committed top-up; whether it was applied now.
     pub async fn apply_top_up(&self, id: i64) -> Result<bool> {
-        topup::apply(&self.pg, &self.redis, &self.keys, &self.recovery, id).await
+        topup::apply(&self.0.pg, &self.0.redis, &self.0.keys, &self.0.recovery, id).await
     }
 }

@@ -7,7 +7,7 @@
 //! A repair counts the orders in the outboxes and in the relays' intents when it
 //! reads them. A relay that read orders before a repair records their intent only
 //! while their sale is still at the generation they were read in; otherwise it
-//! settles each itself (`src/outbox/relay/late.rs`).
+//! settles each itself (`src/outbox/relay/read_before_repair.rs`).
 use super::*;
 
 /// The intent statement refuses orders of a generation older than their sale's,
