@@ -149,15 +149,15 @@ impl Application {
         // Nothing of this process reads or writes outbox entries any more.
         self.state.recovery.formats.deregister().await;
         // Lock watchdogs and releases, id block fetches: the rest of the same deadline.
-        for tracker in [self.state.locks.tasks(), self.state.ids.tasks()] {
+        for tracker in [self.state.handles.locks.tasks(), self.state.handles.ids.tasks()] {
             tracker.close();
             if tokio::time::timeout_at(deadline, tracker.wait()).await.is_err() {
                 tracing::warn!(left = tracker.len(), "tasks still running at the shutdown deadline");
             }
         }
-        self.state.broker.close().await;
-        self.state.pg.close().await;
-        self.state.background_pg.close().await;
+        self.state.handles.broker.close().await;
+        self.state.handles.pg.close().await;
+        self.state.handles.background_pg.close().await;
         tracing::info!("stopped");
     }
 
@@ -174,9 +174,9 @@ impl Application {
         self.stop.cancel();
         self.tasks.abort();
         let close = async {
-            self.state.broker.close().await;
-            self.state.pg.close().await;
-            self.state.background_pg.close().await;
+            self.state.handles.broker.close().await;
+            self.state.handles.pg.close().await;
+            self.state.handles.background_pg.close().await;
         };
         let _ = tokio::time::timeout(SHUTDOWN_DEADLINE, close).await;
     }

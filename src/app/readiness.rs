@@ -36,7 +36,7 @@ pub async fn refresh(state: &AppState, backlog: bool) {
         let permille = m.memory_used_permille.unwrap_or(0);
         state.metrics.redis_memory_used_ratio.set(permille as f64 / 1000.0);
     }
-    state.readiness.set(report);
+    state.http.readiness.set(report);
     if let Some(n) = backlog {
         state.metrics.outbox_backlog.set(n);
     }
@@ -55,20 +55,20 @@ pub async fn run(state: Arc<AppState>, stop: CancellationToken) {
 async fn check(state: &AppState) -> Report {
     // The background pool: the checks never take a connection a handler waits for.
     let pg = async {
-        sqlx::query("SELECT 1").execute(&state.background_pg).await?;
+        sqlx::query("SELECT 1").execute(&state.handles.background_pg).await?;
         anyhow::Ok(())
     };
     let redis = async {
-        let mut conn = state.redis.conn().await?;
+        let mut conn = state.handles.redis.conn().await?;
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
         // A cluster must serve every slot, and every master must answer.
-        if state.redis.is_cluster() {
-            state.redis.current_identity().await?;
+        if state.handles.redis.is_cluster() {
+            state.handles.redis.current_identity().await?;
         }
         anyhow::Ok(())
     };
-    let amqp = state.broker.check();
-    let masters = state.redis.master_facts();
+    let amqp = state.handles.broker.check();
+    let masters = state.handles.redis.master_facts();
     let (pg, redis, amqp, masters) = tokio::join!(
         tokio::time::timeout(CHECK_TIMEOUT, pg),
         tokio::time::timeout(CHECK_TIMEOUT, redis),
@@ -90,6 +90,7 @@ async fn outbox_backlog(state: &AppState) -> Option<i64> {
     let now = state.clock.now();
     let since = now - ENDED_GRACE;
     let streams: Vec<String> = state
+        .handles
         .cache
         .flash_sales()
         .iter()
@@ -97,7 +98,7 @@ async fn outbox_backlog(state: &AppState) -> Option<i64> {
         .filter(|(_, f)| f.begin_at <= now && f.end_at > since)
         .flat_map(|(id, f)| {
             let shards = f.shards();
-            (0..shards).map(move |k| state.keys.outbox_at(id, k, shards))
+            (0..shards).map(move |k| state.handles.keys.outbox_at(id, k, shards))
         })
         .collect();
     if streams.is_empty() {
@@ -108,7 +109,7 @@ async fn outbox_backlog(state: &AppState) -> Option<i64> {
         pipe.cmd("XLEN").arg(s);
     }
     let backlog = async {
-        let mut conn = state.redis.conn().await?;
+        let mut conn = state.handles.redis.conn().await?;
         let lens: Vec<i64> = pipe.query_async(&mut conn).await?;
         anyhow::Ok(lens.iter().sum::<i64>())
     };

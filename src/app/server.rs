@@ -27,9 +27,9 @@ pub async fn signal() {
 }
 
 pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
-    let jwt: web::Data<JwtKeys> = web::Data::from(state.jwt.clone());
+    let jwt: web::Data<JwtKeys> = web::Data::from(state.http.jwt.clone());
     let limit = state.settings.body_limit;
-    let admission = web::Data::from(state.rate_limits.clone());
+    let admission = web::Data::from(state.http.rate_limits.clone());
     let metrics = web::Data::from(state.metrics.clone());
     let workers = state.settings.http_workers;
     let state = web::Data::from(state);

@@ -2,19 +2,20 @@
 //! them, each made (and where it can, warmed) once at start.
 use super::mode::{Mode, Options};
 use crate::config::Settings;
-use crate::http::state::AppState;
+use crate::http::state::{AppState, Edge, Handles};
 use crate::order::id_worker::IdWorker;
 use crate::sequence::Sequences;
 use crate::voucher::cache::VoucherCache;
-use crate::voucher::sales::{Sales, SalesParts};
 use anyhow::{Context, Result};
 use clients::{clients, Clients};
+use services::{ordering_of, sales_of};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 mod clients;
+mod services;
 pub use clients::pg_pool;
 
 /// Applies pending migrations and makes the default `order` sequence rule exist.
@@ -59,66 +60,43 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
     let formats = announced_formats(&settings, mode, &c, &instance).await?;
     let recovery = refreshed_recovery(&c, &cache, formats).await;
-    let lifecycle = crate::order::lifecycle::Lifecycle {
-        pg: c.pg.clone(),
-        redis: c.redis.clone(),
-        keys: c.keys.clone(),
-        recovery: recovery.clone(),
-    };
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
-    let orders = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
-    let lookup = crate::order::status::Lookup {
-        pg: c.pg.clone(),
-        redis: c.redis.clone(),
-        keys: c.keys.clone(),
-        cache: cache.clone(),
-        recovery: recovery.clone(),
-    };
+    let placer = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
+    let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer);
     let sales = sales_of(&c, &recovery, &cache);
     let state = Arc::new(AppState {
         sales,
-        answers: crate::http::idempotency::Answers::new(c.pg.clone()),
-        orders,
-        lookup,
-        ids,
-        settings,
-        pg: c.pg,
-        background_pg: c.background_pg.clone(),
-        redis: c.redis,
-        keys: c.keys,
-        cache,
-        clock: opts.clock.clone(),
-        broker: c.broker,
-        sequences,
-        instance,
-        rate_limits,
+        ordering,
         admit,
-        locks,
-        user_serializer,
-        lifecycle,
-        metrics: c.metrics.clone(),
         recovery,
-        clock_skew,
-        readiness: Default::default(),
-        jwt,
-        public_stock: Default::default(),
+        sequences,
+        http: Edge {
+            rate_limits,
+            answers: crate::http::idempotency::Answers::new(c.pg.clone()),
+            readiness: Default::default(),
+            jwt,
+            public_stock: Default::default(),
+        },
+        settings,
+        clock: opts.clock.clone(),
+        metrics: c.metrics.clone(),
+        handles: Handles {
+            pg: c.pg,
+            background_pg: c.background_pg.clone(),
+            redis: c.redis,
+            keys: c.keys,
+            cache,
+            ids,
+            broker: c.broker,
+            instance,
+            locks,
+            clock_skew,
+        },
     });
     Ok(Connected {
         state,
         background_sequences,
-    })
-}
-
-/// The sales area's service, on the request handlers' pool.
-fn sales_of(c: &Clients, recovery: &Arc<crate::recovery::Recovery>, cache: &Arc<VoucherCache>) -> Sales {
-    Sales::new(SalesParts {
-        pg: c.pg.clone(),
-        redis: c.redis.clone(),
-        keys: c.keys.clone(),
-        broker: c.broker.clone(),
-        recovery: recovery.clone(),
-        cache: cache.clone(),
     })
 }
 

@@ -40,18 +40,18 @@ pub fn spawn_all(
 /// The tasks that keep this process's copies current (lock releases, the voucher
 /// cache, the identity provider's keys, pauses) and sweep idempotency keys.
 fn spawn_followers(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &CancellationToken) {
-    tasks.spawn("lock releases", state.locks.follow_releases(stop.clone()));
+    tasks.spawn("lock releases", state.handles.locks.follow_releases(stop.clone()));
     tasks.spawn(
         "voucher cache",
         cache::follow(
-            state.cache.clone(),
-            state.background_pg.clone(),
-            state.redis.clone(),
-            state.keys.clone(),
+            state.handles.cache.clone(),
+            state.handles.background_pg.clone(),
+            state.handles.redis.clone(),
+            state.handles.keys.clone(),
             stop.clone(),
         ),
     );
-    if let Some(jwks) = state.jwt.jwks().filter(|_| mode.serves_http()) {
+    if let Some(jwks) = state.http.jwt.jwks().filter(|_| mode.serves_http()) {
         tasks.spawn("identity provider keys", jwks.clone().run(stop.clone()));
     }
     if mode.serves_http() {
@@ -59,13 +59,17 @@ fn spawn_followers(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         // event is lost.
         tasks.spawn(
             "voucher pauses",
-            cache::watch_pauses(state.cache.clone(), state.background_pg.clone(), stop.clone()),
+            cache::watch_pauses(
+                state.handles.cache.clone(),
+                state.handles.background_pg.clone(),
+                stop.clone(),
+            ),
         );
     }
     if mode.serves_http() {
         tasks.spawn(
             "idempotency keys",
-            crate::http::idempotency::sweep(state.background_pg.clone(), stop.clone()),
+            crate::http::idempotency::sweep(state.handles.background_pg.clone(), stop.clone()),
         );
     }
 }
@@ -91,7 +95,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
     if mode.serves_http() {
         // Raffles past draw_at are closed, and drawn once their beacon round is in,
         // here and never in a request (every instance tries; one does each).
-        let (pg, stop) = (state.background_pg.clone(), stop.clone());
+        let (pg, stop) = (state.handles.background_pg.clone(), stop.clone());
         let beacon = state.settings.beacon_url.clone();
         let timeout = state.settings.dependency_timeout;
         tasks.spawn("raffle draws", async move {
@@ -115,7 +119,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         });
     }
     {
-        let (admission, stop) = (state.rate_limits.clone(), stop.clone());
+        let (admission, stop) = (state.http.rate_limits.clone(), stop.clone());
         tasks.spawn("admission sweeper", async move {
             // Often: a crowd of distinct shoppers adds a limiter entry per shopper, and an
             // entry is forgettable a second after its last request.
@@ -134,14 +138,14 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
 fn spawn_relay(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToken) {
     let relay = Relay::new(
         crate::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
+            redis: state.handles.redis.clone(),
+            broker: state.handles.broker.clone(),
+            pg: state.handles.background_pg.clone(),
             recovery: state.recovery.clone(),
         },
-        state.keys.clone(),
-        state.cache.clone(),
-        format!("relay-{}", state.instance),
+        state.handles.keys.clone(),
+        state.handles.cache.clone(),
+        format!("relay-{}", state.handles.instance),
         &state.settings,
         state.metrics.clone(),
     );
@@ -153,11 +157,11 @@ fn spawn_relay(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToke
 fn worker(state: &Arc<AppState>, background_sequences: &Sequences) -> Arc<Worker> {
     Arc::new(Worker::new(
         crate::worker::persist::Ctx {
-            pg: state.background_pg.clone(),
+            pg: state.handles.background_pg.clone(),
             sequences: background_sequences.clone(),
-            keys: state.keys.clone(),
+            keys: state.handles.keys.clone(),
         },
-        state.broker.clone(),
+        state.handles.broker.clone(),
         &state.settings,
         state.metrics.clone(),
     ))
@@ -174,9 +178,10 @@ fn spawn_every_process(tasks: &mut Tasks, state: &Arc<AppState>, stop: &Cancella
     tasks.spawn(
         "clock skew",
         state
+            .handles
             .clock_skew
             .clone()
-            .run(state.background_pg.clone(), state.clock.clone(), stop.clone()),
+            .run(state.handles.background_pg.clone(), state.clock.clone(), stop.clone()),
     );
     {
         // Every process keeps its floors and repairs (one per sale at a time across
@@ -195,10 +200,10 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
     tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
     // Keeps seckill_sales_unbalanced (served at /metrics) current.
     let watch = crate::voucher::audit::Watch {
-        pg: state.background_pg.clone(),
-        redis: state.redis.clone(),
-        keys: state.keys.clone(),
-        cache: state.cache.clone(),
+        pg: state.handles.background_pg.clone(),
+        redis: state.handles.redis.clone(),
+        keys: state.handles.keys.clone(),
+        cache: state.handles.cache.clone(),
         clock: state.clock.clone(),
         metrics: state.metrics.clone(),
         every: state.settings.audit_interval,
@@ -211,8 +216,8 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
         tasks.spawn(
             "shard moves",
             crate::voucher::refill::run_recovery(
-                state.redis.clone(),
-                state.keys.clone(),
+                state.handles.redis.clone(),
+                state.handles.keys.clone(),
                 state.recovery.clone(),
                 every,
                 stop.clone(),
@@ -236,12 +241,12 @@ fn spawn_worker(tasks: &mut Tasks, state: &Arc<AppState>, worker: Option<Arc<Wor
         );
         // Background work uses the background pool.
         let background_lifecycle = crate::order::lifecycle::Lifecycle {
-            pg: state.background_pg.clone(),
-            ..state.lifecycle.clone()
+            pg: state.handles.background_pg.clone(),
+            ..state.ordering.lifecycle.clone()
         };
         tasks.spawn(
             "payment timeouts",
-            crate::worker::timeout::run(state.broker.clone(), background_lifecycle.clone(), stop.clone()),
+            crate::worker::timeout::run(state.handles.broker.clone(), background_lifecycle.clone(), stop.clone()),
         );
         tasks.spawn("recovery", recovery(state.clone(), background_lifecycle, stop.clone()));
     }
@@ -255,7 +260,7 @@ async fn recovery(
     stop: CancellationToken,
 ) {
     let every = Duration::from_secs(5);
-    crate::lock::singleton::run(state.locks.clone(), "order-recovery", every, stop, || {
+    crate::lock::singleton::run(state.handles.locks.clone(), "order-recovery", every, stop, || {
         let (background_lifecycle, state) = (background_lifecycle.clone(), state.clone());
         async move {
             let returned = background_lifecycle.recover_returns(every).await?;

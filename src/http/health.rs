@@ -17,7 +17,7 @@ pub async fn live() -> HttpResponse {
 
 #[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, description = "Postgres, Redis and RabbitMQ answered the last checks (run once a second)"), (status = 503, description = "names the dependency that does not", body = crate::http::error::ErrorBody)))]
 pub async fn ready(state: web::Data<AppState>) -> HttpResponse {
-    let Some(report) = state.readiness.get() else {
+    let Some(report) = state.http.readiness.get() else {
         return not_ready("not ready: dependencies not checked yet".into(), serde_json::Map::new());
     };
     let mut checks = serde_json::Map::new();

@@ -20,7 +20,7 @@ fn order_id(raw: &str) -> Result<i64, ApiError> {
 /// Why the conditional update changed nothing: 404 if the caller cannot see the
 /// order, else 409 `code` naming its state.
 async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static str, verb: &str) -> ApiError {
-    match state.lookup.find(order_id, Some(caller.user_id)).await {
+    match state.ordering.lookup.find(order_id, Some(caller.user_id)).await {
         Ok(Some(o)) if o.user_id == caller.user_id => {
             ApiError::conflict(code, format!("an order that is {} cannot be {verb}", o.status))
         }
@@ -43,13 +43,14 @@ pub async fn pay(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
-    state.rate_limits.check_pay_cancel(caller.user_id)?;
+    state.http.rate_limits.check_pay_cancel(caller.user_id)?;
     // The guarded future owns a handle on the state (the serializer borrows the other).
     let owned = state.clone();
     state
+        .ordering
         .user_serializer
         .run(caller.user_id, async move {
-            match owned.lifecycle.pay(id, caller.user_id).await? {
+            match owned.ordering.lifecycle.pay(id, caller.user_id).await? {
                 Some(o) => Ok(web::Json(o)),
                 None => Err(refusal(&owned, id, caller, "order_not_payable", "paid").await),
             }
@@ -71,12 +72,18 @@ pub async fn cancel(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let id = order_id(&path)?;
-    state.rate_limits.check_pay_cancel(caller.user_id)?;
+    state.http.rate_limits.check_pay_cancel(caller.user_id)?;
     let owned = state.clone();
     state
+        .ordering
         .user_serializer
         .run(caller.user_id, async move {
-            match owned.lifecycle.cancel(id, Canceller::Owner(caller.user_id)).await? {
+            match owned
+                .ordering
+                .lifecycle
+                .cancel(id, Canceller::Owner(caller.user_id))
+                .await?
+            {
                 Some(o) => Ok(web::Json(o)),
                 None => Err(refusal(&owned, id, caller, "order_not_cancellable", "cancelled").await),
             }

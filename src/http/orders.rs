@@ -57,7 +57,7 @@ pub async fn place(
     let voucher_id = path_id(&path)?;
     // What the instance answers alone (sold out, outside the window) costs the
     // crowd nothing more: not even a place in the per-shopper rate limiter.
-    let judged = match state.orders.judge_early(voucher_id) {
+    let judged = match state.ordering.placer.judge_early(voucher_id) {
         Ok(judged) => judged,
         Err(refusal) => {
             state.metrics.order(refusal.outcome());
@@ -71,11 +71,11 @@ pub async fn place(
             return Err(refused);
         }
     }
-    if let Err(limited) = state.rate_limits.check_user(caller.user_id) {
+    if let Err(limited) = state.http.rate_limits.check_user(caller.user_id) {
         state.metrics.order("rate_limited");
         return Err(limited);
     }
-    let placed = state.orders.place(judged, caller.user_id).await;
+    let placed = state.ordering.placer.place(judged, caller.user_id).await;
     state.metrics.order(match &placed {
         Ok(_) => "accepted",
         Err(refusal) => refusal.outcome(),
@@ -128,7 +128,7 @@ pub async fn get(
 ) -> Result<web::Json<Order>, ApiError> {
     let order_id = id::parse_str(&path).map_err(|e| ApiError::validation("order_id", e))?;
     let owner = (!caller.is_admin()).then_some(caller.user_id);
-    match state.lookup.find(order_id, owner).await? {
+    match state.ordering.lookup.find(order_id, owner).await? {
         // Someone else's order looks exactly like a missing one.
         Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(web::Json(o)),
         _ => Err(not_found()),
@@ -146,6 +146,6 @@ pub async fn mine(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let voucher_id = path_id(&path)?;
-    let order = state.lookup.mine(voucher_id, caller.user_id).await?;
+    let order = state.ordering.lookup.mine(voucher_id, caller.user_id).await?;
     order.map(web::Json).ok_or_else(not_found)
 }

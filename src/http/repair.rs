@@ -66,7 +66,7 @@ pub struct WorkerSeen {
 pub async fn redis_state(state: web::Data<AppState>, _admin: Admin) -> Result<web::Json<RedisState>, ApiError> {
     let now = state.clock.now();
     let mut ids: Vec<i64> = state
-        .cache
+        .sales
         .flash_sales()
         .iter()
         .filter(|e| e.voucher.flash.as_ref().is_some_and(|f| f.end_at > now))

@@ -70,7 +70,7 @@ pub async fn add_stock(
                     .ok_or_else(voucher_not_found)?;
                 let answer =
                     serde_json::to_value(finish(&state, top_up, voucher).await).map_err(anyhow::Error::from)?;
-                let stored = state.answers.answer(admin, key, StatusCode::OK, &answer).await?;
+                let stored = state.http.answers.answer(admin, key, StatusCode::OK, &answer).await?;
                 return Ok(HttpResponse::Ok().json(stored));
             }
         }
@@ -109,7 +109,7 @@ pub async fn add_stock(
     let answer = finish(&state, top_up, voucher).await;
     if let Some(key) = &key {
         let value = serde_json::to_value(&answer).map_err(anyhow::Error::from)?;
-        match state.answers.answer(admin, key, StatusCode::OK, &value).await {
+        match state.http.answers.answer(admin, key, StatusCode::OK, &value).await {
             Ok(stored) => return Ok(HttpResponse::Ok().json(stored)),
             // Committed all the same; a retry with the key rebuilds this answer.
             Err(e) => tracing::warn!(top_up = top_up.id, error = %e, "could not store a top-up's answer"),

@@ -205,6 +205,7 @@ pub async fn public_get(
         // instance, not per request.
         let sales = state.sales.clone();
         let units = state
+            .http
             .public_stock
             .get(id, stock::PUBLIC_REFRESH, || async move {
                 sales.remaining(id, shards).await

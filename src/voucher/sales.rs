@@ -83,6 +83,11 @@ impl Sales {
         Ok(found)
     }
 
+    /// Every flash sale this instance's cache holds.
+    pub fn flash_sales(&self) -> Vec<Arc<super::cache::Entry>> {
+        self.0.cache.flash_sales()
+    }
+
     /// Vouchers newest first, below `before`.
     pub async fn page(&self, before: Option<i64>, limit: i64) -> Result<Vec<Voucher>, sqlx::Error> {
         repo::page(&self.0.pg, before, limit).await

@@ -146,7 +146,7 @@ async fn the_witness_keeps_a_scope_reserved_in_order_as_one_range() {
         .fetch_one(app.pg())
         .await
         .unwrap();
-    let key = app.app().state().keys.counter_witness(&scope);
+    let key = app.app().state().handles.keys.counter_witness(&scope);
     let mut c = app.redis().await;
     let members: Vec<String> = redis::cmd("ZRANGE")
         .arg(&key)

@@ -189,7 +189,7 @@ async fn checks_racing_the_crowd_raise_no_false_alarm() {
     let b = TestApp::builder(&ns).api_only().spawn().await;
     let v = a.flash_sale(100).await;
     eventually(Duration::from_secs(5), || async {
-        b.app().state().cache.get(v).is_some().then_some(())
+        b.app().state().handles.cache.get(v).is_some().then_some(())
     })
     .await
     .expect("the second instance learns of the sale");

@@ -11,9 +11,9 @@ use std::time::Duration;
 fn ctx(app: &TestApp) -> Ctx {
     let state = app.app().state();
     Ctx {
-        pg: state.background_pg.clone(),
+        pg: state.handles.background_pg.clone(),
         sequences: state.sequences.clone(),
-        keys: state.keys.clone(),
+        keys: state.handles.keys.clone(),
     }
 }
 
@@ -247,7 +247,7 @@ async fn the_worker_never_hides_an_id_or_number_collision() {
     // which would catch the counter set back below): the backstop behind it.
     let mut ctx = ctx(&app);
     let state = app.app().state();
-    ctx.sequences = seckill::sequence::Sequences::new(state.background_pg.clone(), state.clock.clone());
+    ctx.sequences = seckill::sequence::Sequences::new(state.handles.background_pg.clone(), state.clock.clone());
     let o = persist(&ctx, &[msg(7, 1)]).await.unwrap();
     assert_eq!(o.created, 1);
     // Another shopper's order with the same id.
@@ -364,7 +364,7 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     let v = app.flash_sale(10).await;
     let msg = |id, user| order(id, user, v);
     let ctx = ctx(&app);
-    let keys = app.app().state().keys.clone();
+    let keys = app.app().state().handles.keys.clone();
     let intent = seckill::outbox::relay::intent::record(app.pg(), keys.namespace(), &[msg(40, 1), msg(40, 2)], &[])
         .await
         .unwrap();

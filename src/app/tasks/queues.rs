@@ -9,7 +9,7 @@ use chrono::Utc;
 /// knows, as far as its rate allows; what fails is tried on the next tick.
 pub(super) async fn advance_running_queues(state: &AppState) {
     let now = Utc::now();
-    for entry in state.cache.flash_sales() {
+    for entry in state.sales.flash_sales() {
         let Some(flash) = entry.voucher.flash.as_ref() else {
             continue;
         };

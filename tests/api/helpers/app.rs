@@ -257,7 +257,7 @@ impl TestApp {
     }
 
     pub fn pg(&self) -> &sqlx::PgPool {
-        &self.app().state().pg
+        &self.app().state().handles.pg
     }
 
     /// A Redis connection of the test's own (not the application's) to the server

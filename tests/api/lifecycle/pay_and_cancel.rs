@@ -166,7 +166,7 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
     );
 
     // A crash right after the Postgres commit: only the Postgres half ran.
-    let lifecycle = &app.app().state().lifecycle;
+    let lifecycle = &app.app().state().ordering.lifecycle;
     let (_, ret) = lifecycle
         .cancel_in_pg(second.parse().unwrap(), Canceller::Owner(2))
         .await
@@ -235,7 +235,7 @@ async fn a_shoppers_request_waiting_too_long_for_their_previous_one_gets_409() {
     let other = TestApp::builder(&ns).api_only().spawn().await;
     let v = app.flash_sale(5).await;
     let id = created_order(&app, v, 7).await;
-    let held = other.app().state().locks.owner().lock("user:7").await.unwrap();
+    let held = other.app().state().handles.locks.owner().lock("user:7").await.unwrap();
     let (status, body) = act(&app, &id, 7, "pay").await;
     assert_eq!((status, code(&body)), (StatusCode::CONFLICT, "request_in_progress"));
     held.release().await.unwrap().unwrap();
@@ -259,7 +259,7 @@ async fn cancel_and_sweep_racing_a_redelivered_batch_lock_the_voucher_first_and_
 
     // The unpaid-order sweep (it cancels as the payment timeout does).
     let by_sweep = created_order(&app, v, 41).await;
-    let lifecycle = app.app().state().lifecycle.clone();
+    let lifecycle = app.app().state().ordering.lifecycle.clone();
     let sweep = async move {
         lifecycle
             .sweep_unpaid(Duration::ZERO)

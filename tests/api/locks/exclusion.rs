@@ -14,7 +14,7 @@ async fn two_instances_of_fifty_tasks_each_are_mutually_excluded() {
     let mut tasks = Vec::new();
     for app in [&a, &b] {
         for _ in 0..50 {
-            let locks = app.app().state().locks.clone();
+            let locks = app.app().state().handles.locks.clone();
             let key = key.clone();
             tasks.push(tokio::spawn(async move {
                 let mut redis = test_redis().conn().await.unwrap();
@@ -43,7 +43,7 @@ async fn two_instances_of_fifty_tasks_each_are_mutually_excluded() {
 async fn reentrant_owner_and_refused_or_reported_releases() {
     let ns = Namespace::new().await;
     let app = instance(&ns).await;
-    let locks = app.app().state().locks.clone();
+    let locks = app.app().state().handles.locks.clone();
     let (me, other) = (locks.owner(), locks.owner());
     let outer = me.try_lock("r", Duration::ZERO, None).await.unwrap().expect("free");
     let inner = me
@@ -78,7 +78,7 @@ async fn reentrant_owner_and_refused_or_reported_releases() {
         .await
         .unwrap()
         .unwrap();
-    let key = app.app().state().keys.lock("e");
+    let key = app.app().state().handles.keys.lock("e");
     let redis = app.redis().await;
     eventually(Duration::from_secs(5), || {
         let (mut redis, key) = (redis.clone(), key.clone());
@@ -100,11 +100,11 @@ async fn reentrant_owner_and_refused_or_reported_releases() {
 async fn the_watchdog_keeps_a_lock_past_three_leases_and_a_dead_holder_loses_it_within_one() {
     let ns = Namespace::new().await;
     let (a, b) = (instance(&ns).await, instance(&ns).await);
-    let held = a.app().state().locks.owner().lock("w").await.unwrap();
+    let held = a.app().state().handles.locks.owner().lock("w").await.unwrap();
     // Time passing is the subject: longer than three 600 ms leases, each renewed by
     // the watchdog alone.
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let rival = b.app().state().locks.owner();
+    let rival = b.app().state().handles.locks.owner();
     assert!(
         rival.try_lock("w", Duration::ZERO, None).await.unwrap().is_none(),
         "still held"
@@ -135,6 +135,7 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     let app = instance(&ns).await;
     let state = app.app().state();
     let stalled = state
+        .handles
         .locks
         .owner()
         .try_lock("f", Duration::ZERO, Some(Duration::from_millis(150)))
@@ -143,6 +144,7 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
         .unwrap();
     // The next holder waits for the stalled holder's lease to run out.
     let next = state
+        .handles
         .locks
         .owner()
         .try_lock("f", Duration::from_secs(5), None)
@@ -152,11 +154,13 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     assert!(next.fence > stalled.fence);
 
     let key = format!("{}:test:fenced", ns.name);
-    assert!(fence::set_redis(&state.redis, &state.keys, &key, next.fence, "new")
-        .await
-        .unwrap());
     assert!(
-        !fence::set_redis(&state.redis, &state.keys, &key, stalled.fence, "stale")
+        fence::set_redis(&state.handles.redis, &state.handles.keys, &key, next.fence, "new")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !fence::set_redis(&state.handles.redis, &state.handles.keys, &key, stalled.fence, "stale")
             .await
             .unwrap()
     );
@@ -164,10 +168,10 @@ async fn a_stalled_holders_late_write_is_refused_by_its_fencing_token() {
     let v: String = redis::cmd("GET").arg(&key).query_async(&mut redis).await.unwrap();
     assert_eq!(v, "new");
 
-    let mut tx = state.pg.begin().await.unwrap();
+    let mut tx = state.handles.pg.begin().await.unwrap();
     assert!(fence::advance_pg(&mut tx, "row-1", next.fence).await.unwrap());
     tx.commit().await.unwrap();
-    let mut tx = state.pg.begin().await.unwrap();
+    let mut tx = state.handles.pg.begin().await.unwrap();
     assert!(!fence::advance_pg(&mut tx, "row-1", stalled.fence).await.unwrap());
     tx.rollback().await.unwrap();
     next.release().await.unwrap().unwrap();
@@ -179,7 +183,7 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
     let (a, b) = (instance(&ns).await, instance(&ns).await);
     // A waiter naps until the holder's lease would run out (at most 1 s) unless a
     // release wakes it: with a 10 s lease, a 2 s wait is an attempt and two or three retries.
-    let owner = a.app().state().locks.owner();
+    let owner = a.app().state().handles.locks.owner();
     let held = owner
         .try_lock("h", Duration::ZERO, Some(Duration::from_secs(10)))
         .await
@@ -189,8 +193,8 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
     // take locks, and would be counted with ours.
     let state = b.app().state();
     let b_locks = seckill::lock::LockService::start(
-        state.redis.clone(),
-        state.keys.clone(),
+        state.handles.redis.clone(),
+        state.handles.keys.clone(),
         "waiter",
         Duration::from_millis(600),
         b.app().stop_token(),
@@ -228,7 +232,7 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
     })
     .await
     .expect("the waiter makes its first attempt");
-    let mut conn = state.redis.conn().await.unwrap();
+    let mut conn = state.handles.redis.conn().await.unwrap();
     let _: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
     let released = Instant::now();
     held.release().await.unwrap().unwrap();

@@ -16,6 +16,7 @@ async fn each_release_wakes_one_waiter_not_all() {
     let held = a
         .app()
         .state()
+        .handles
         .locks
         .owner()
         .try_lock("q", Duration::ZERO, Some(Duration::from_secs(60)))
@@ -27,8 +28,8 @@ async fn each_release_wakes_one_waiter_not_all() {
     // hardly add to the count.
     let state = b.app().state();
     let locks = seckill::lock::LockService::start(
-        state.redis.clone(),
-        state.keys.clone(),
+        state.handles.redis.clone(),
+        state.handles.keys.clone(),
         "waiters",
         Duration::from_secs(30),
         b.app().stop_token(),
@@ -84,6 +85,7 @@ async fn a_waiter_that_hears_no_release_still_gets_the_lock_within_its_wait() {
     let held = a
         .app()
         .state()
+        .handles
         .locks
         .owner()
         .try_lock("deaf", Duration::ZERO, Some(Duration::from_secs(60)))
@@ -93,8 +95,8 @@ async fn a_waiter_that_hears_no_release_still_gets_the_lock_within_its_wait() {
     let state = b.app().state();
     // Without follow_releases: no wake-up ever comes.
     let deaf = seckill::lock::LockService::new(
-        state.redis.clone(),
-        state.keys.clone(),
+        state.handles.redis.clone(),
+        state.handles.keys.clone(),
         "deaf",
         Duration::from_secs(30),
         b.app().stop_token(),
@@ -125,7 +127,7 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
     let mut tasks = Vec::new();
     for (i, app) in [&a, &b, &a, &b].into_iter().enumerate() {
         let user = if i < 2 { 1 } else { 2 };
-        let serializer = app.app().state().user_serializer.clone();
+        let serializer = app.app().state().ordering.user_serializer.clone();
         let log = log.clone();
         tasks.push(tokio::spawn(async move {
             serializer
@@ -166,7 +168,7 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
     let (running, is_running) = tokio::sync::oneshot::channel();
     let (finish, may_finish) = tokio::sync::oneshot::channel::<()>();
     let slow = tokio::spawn({
-        let s = a.app().state().user_serializer.clone();
+        let s = a.app().state().ordering.user_serializer.clone();
         async move {
             s.run(3, async move {
                 running.send(()).unwrap();
@@ -180,6 +182,7 @@ async fn one_users_guarded_operations_run_one_after_the_other_across_instances()
     let err: ApiError = c
         .app()
         .state()
+        .ordering
         .user_serializer
         .run(3, async { Ok(()) })
         .await
@@ -195,7 +198,7 @@ async fn a_singleton_job_runs_on_one_instance_and_moves_when_it_dies() {
     let (a, b) = (instance(&ns).await, instance(&ns).await);
     let runs: [Arc<AtomicU64>; 2] = [Arc::default(), Arc::default()];
     for (app, counter) in [(&a, runs[0].clone()), (&b, runs[1].clone())] {
-        let locks = app.app().state().locks.clone();
+        let locks = app.app().state().handles.locks.clone();
         let stop = app.app().stop_token();
         tokio::spawn(async move {
             seckill::lock::singleton::run(locks, "sweeper", Duration::from_millis(50), stop, move || {

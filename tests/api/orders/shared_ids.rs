@@ -34,7 +34,7 @@ async fn two_shoppers_given_one_id_each_keep_their_order() {
         .await
         .unwrap();
     for scope in scopes {
-        let key = a.app().state().keys.counter_witness(&scope);
+        let key = a.app().state().handles.keys.counter_witness(&scope);
         let mut c = a.redis().await;
         let gone: i64 = redis::cmd("DEL").arg(&key).query_async(&mut c).await.unwrap();
         assert_eq!(gone, 1, "{key}");

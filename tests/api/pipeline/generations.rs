@@ -68,7 +68,7 @@ async fn orders_a_relay_reads_after_a_repair_counted_them_are_published_once() {
     assert_eq!(app.order(v, 4).await.0, StatusCode::SERVICE_UNAVAILABLE);
     repaired_after(&app, v, 0).await;
     let r = relay(&app, "relay-after-a-repair");
-    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    let (c, ch) = app.app().state().handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let published = r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
     assert_eq!(published, 3, "the three orders, published as of the new generation");
@@ -82,7 +82,7 @@ async fn orders_a_relay_reads_after_a_repair_counted_them_are_published_once() {
     let answers = wave(&app, v, 10..30).await;
     assert_eq!(accepted(&answers).len(), 7, "exactly the rest of the stock");
     // The relay of this test only: run rounds until the rest is out.
-    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    let (c, ch) = app.app().state().handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let mut sent = 0;
     for _ in 0..20 {
@@ -295,7 +295,7 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
         );
     }
     let r = relay(&app, "relay-that-read-before-the-loss");
-    let (c, ch) = app.app().state().broker.open().await.unwrap();
+    let (c, ch) = app.app().state().handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let published = r
         .publish_read(&mut conn, &ch, read, &[(tag.clone(), top)])

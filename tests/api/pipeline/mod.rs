@@ -19,13 +19,13 @@ fn relay(app: &TestApp, name: &str) -> seckill::outbox::relay::Relay {
     let state = app.app().state();
     seckill::outbox::relay::Relay::new(
         seckill::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
+            redis: state.handles.redis.clone(),
+            broker: state.handles.broker.clone(),
+            pg: state.handles.background_pg.clone(),
             recovery: state.recovery.clone(),
         },
-        state.keys.clone(),
-        state.cache.clone(),
+        state.handles.keys.clone(),
+        state.handles.cache.clone(),
         name.into(),
         &state.settings,
         state.metrics.clone(),
@@ -96,7 +96,7 @@ async fn publish_raw(ns: &Namespace, body: &[u8]) {
 async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
     let state = app.app().state();
     let ready = || async {
-        let (conn, ch) = state.broker.open().await.ok()?;
+        let (conn, ch) = state.handles.broker.open().await.ok()?;
         let passive = QueueDeclareOptions {
             passive: true,
             ..Default::default()

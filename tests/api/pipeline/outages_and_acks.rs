@@ -72,7 +72,7 @@ async fn order_ids_stay_unique_across_instances_and_restarts() {
     let a = Arc::new(small_blocks().spawn().await);
     let mut b = Arc::new(small_blocks().spawn().await);
     let draw = |app: Arc<TestApp>, n: usize| async move {
-        let ids = app.app().state().ids.clone();
+        let ids = app.app().state().handles.ids.clone();
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             out.push(ids.next_id().await.unwrap());
@@ -112,18 +112,18 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     let state = app.app().state();
     let relay = seckill::outbox::relay::Relay::new(
         seckill::outbox::relay::Ends {
-            redis: state.redis.clone(),
-            broker: state.broker.clone(),
-            pg: state.background_pg.clone(),
+            redis: state.handles.redis.clone(),
+            broker: state.handles.broker.clone(),
+            pg: state.handles.background_pg.clone(),
             recovery: state.recovery.clone(),
         },
-        state.keys.clone(),
+        state.handles.keys.clone(),
         Arc::new(seckill::voucher::cache::VoucherCache::default()),
         "relay-with-an-empty-cache".into(),
         &state.settings,
         state.metrics.clone(),
     );
-    let (conn, ch) = state.broker.open().await.unwrap();
+    let (conn, ch) = state.handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
     assert_eq!(published, 3, "the three orders were published");

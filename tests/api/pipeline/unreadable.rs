@@ -42,7 +42,7 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     }
     let state = app.app().state();
     let relay = relay(&app, "relay-of-an-older-version");
-    let (broker, ch) = state.broker.open().await.unwrap();
+    let (broker, ch) = state.handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let incidents = "seckill_worker_incidents_total{kind=\"unreadable_outbox_entry\"}";
     let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();

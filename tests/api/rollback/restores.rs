@@ -201,7 +201,7 @@ async fn fencing_tokens_and_the_repair_survive_a_restore() {
     let a = TestApp::builder(&ns).env("REDIS_URL", &url).spawn().await;
     let b = TestApp::builder(&ns).env("REDIS_URL", &url).spawn().await;
     let v = a.flash_sale(5).await;
-    let owner = a.app().state().locks.owner();
+    let owner = a.app().state().handles.locks.owner();
     let first = owner.lock("job").await.unwrap();
     let t1 = first.fence;
     first.release().await.unwrap().expect("released");

@@ -98,7 +98,7 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
     let stock = 40;
     let v = app.sharded_sale(stock, 4).await;
     let keys = ns.keys();
-    let redis = app.app().state().redis.clone();
+    let redis = app.app().state().handles.redis.clone();
     let floors = &app.app().state().recovery.floors;
     let mut conn = redis.conn().await.unwrap();
     // A process registers a move of 5 units from shard 1 to shard 0 (as every

@@ -131,7 +131,7 @@ async fn a_unit_back_on_shard_1_sells_to_a_shopper_of_shard_2(event: bool) -> Du
     let back = std::time::Instant::now();
     if event {
         let state = app.app().state();
-        seckill::voucher::stock::publish(&state.redis, &keys, seckill::voucher::stock::Event::Stock(v))
+        seckill::voucher::stock::publish(&state.handles.redis, &keys, seckill::voucher::stock::Event::Stock(v))
             .await
             .unwrap();
     }

@@ -113,7 +113,7 @@ async fn a_unit_bouncing_between_two_shards_is_never_called_sold_out() {
         .spawn()
         .await;
     let keys = ns.keys();
-    let redis = app.app().state().redis.clone();
+    let redis = app.app().state().handles.redis.clone();
     let conn = redis.conn().await.unwrap();
     let (mut sold_out, mut unavailable) = (0, 0);
     for round in 0..6 {

@@ -254,7 +254,7 @@ async fn the_same_top_up_applied_twice_adds_its_units_once() {
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(2).await;
     let st = app.app().state();
-    let (pg, redis, keys, recovery) = (&st.pg, &st.redis, &st.keys, &st.recovery);
+    let (pg, redis, keys, recovery) = (&st.handles.pg, &st.handles.redis, &st.handles.keys, &st.recovery);
 
     let mut tx = pg.begin().await.unwrap();
     let t = topup::record(&mut tx, v, 3).await.unwrap().expect("a flash sale");
@@ -262,10 +262,10 @@ async fn the_same_top_up_applied_twice_adds_its_units_once() {
     assert_eq!(pg_stock(pg, v).await, (5, 5));
     assert_eq!(redis_stock(&app, &ns, v).await, Some(2), "committed, not applied yet");
 
-    assert_eq!(st.lifecycle.recover_topups(Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(st.ordering.lifecycle.recover_topups(Duration::ZERO).await.unwrap(), 1);
     assert_eq!(redis_stock(&app, &ns, v).await, Some(5));
     assert_eq!(
-        st.lifecycle.recover_topups(Duration::ZERO).await.unwrap(),
+        st.ordering.lifecycle.recover_topups(Duration::ZERO).await.unwrap(),
         0,
         "nothing left"
     );

@@ -13,7 +13,7 @@ async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(2).await;
     let st = app.app().state();
-    let mut tx = st.pg.begin().await.unwrap();
+    let mut tx = st.handles.pg.begin().await.unwrap();
     let t = topup::record(&mut tx, v, 3).await.unwrap().unwrap();
     tx.commit().await.unwrap();
 
@@ -24,7 +24,7 @@ async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
         .await
         .unwrap();
     assert!(
-        !topup::apply(&st.pg, &st.redis, &st.keys, &st.recovery, t.id)
+        !topup::apply(&st.handles.pg, &st.handles.redis, &st.handles.keys, &st.recovery, t.id)
             .await
             .unwrap(),
         "no stock key: the top-up stays pending"
@@ -43,14 +43,16 @@ async fn a_sale_rebuilt_from_postgres_counts_a_pending_top_up_once() {
         }
     };
     assert!(!done(t.id).await, "still pending: nothing applied it since");
-    assert!(topup::apply(&st.pg, &st.redis, &st.keys, &st.recovery, t.id)
-        .await
-        .unwrap());
+    assert!(
+        topup::apply(&st.handles.pg, &st.handles.redis, &st.handles.keys, &st.recovery, t.id)
+            .await
+            .unwrap()
+    );
     assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "not added again");
     assert!(done(t.id).await, "done: the repair had counted it");
 
     let accepted = sell(&app, v, 1..9).await;
-    let (created, failed) = persisted(&st.pg, v, accepted).await;
+    let (created, failed) = persisted(&st.handles.pg, v, accepted).await;
     assert_eq!((accepted, created, failed), (5, 5, 0));
     app.shutdown().await;
 }
@@ -73,16 +75,20 @@ async fn a_top_up_committed_after_a_repair_is_added_once() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     repaired_after(&app, v, 0).await;
     assert_eq!(redis_stock(&app, &ns, v).await, Some(2));
-    let mut tx = st.pg.begin().await.unwrap();
+    let mut tx = st.handles.pg.begin().await.unwrap();
     let t = topup::record(&mut tx, v, 3).await.unwrap().unwrap();
     tx.commit().await.unwrap();
-    assert!(topup::apply(&st.pg, &st.redis, &st.keys, &st.recovery, t.id)
-        .await
-        .unwrap());
+    assert!(
+        topup::apply(&st.handles.pg, &st.handles.redis, &st.handles.keys, &st.recovery, t.id)
+            .await
+            .unwrap()
+    );
     assert_eq!(redis_stock(&app, &ns, v).await, Some(5));
-    assert!(topup::apply(&st.pg, &st.redis, &st.keys, &st.recovery, t.id)
-        .await
-        .unwrap());
+    assert!(
+        topup::apply(&st.handles.pg, &st.handles.redis, &st.handles.keys, &st.recovery, t.id)
+            .await
+            .unwrap()
+    );
     assert_eq!(redis_stock(&app, &ns, v).await, Some(5), "once");
     app.shutdown().await;
 }
