@@ -2,6 +2,7 @@
 //! precision above 2^53) and are accepted as strings or numbers.
 use serde::{Deserialize, Deserializer, Serializer};
 use serde_json::Value;
+use std::fmt;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::RefOr;
 
@@ -214,5 +215,29 @@ mod tests {
         ] {
             assert!(parse_value(&v).is_err(), "{v}");
         }
+    }
+}
+
+/// A voucher's id (a sale's), as the areas' services take it: parsed once, where
+/// it enters (a path, a body), and a number of no other kind from then on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct VoucherId(i64);
+
+impl VoucherId {
+    /// The id `id`, already checked (read from Postgres, or parsed).
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    /// The number, for a statement or a key.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for VoucherId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }

@@ -7,6 +7,7 @@ use super::draw::{self, Submitted};
 use super::queue::{self, Joined, NotJoined};
 use super::raffle::{self, Entered, PublicEntry, Summary, Winner};
 use super::{frontier, signing};
+use crate::id::VoucherId;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -39,34 +40,34 @@ impl Admission {
     }
 
     /// The place of `user` in the queue of `voucher` ([`queue::place_of`]).
-    pub async fn place_of(&self, voucher: i64, user: i64) -> Result<Option<Option<i64>>> {
-        queue::place_of(&self.pg, voucher, user).await
+    pub async fn place_of(&self, voucher: VoucherId, user: i64) -> Result<Option<Option<i64>>> {
+        queue::place_of(&self.pg, voucher.get(), user).await
     }
 
     /// Joins `user` to the queue of `voucher` ([`queue::join`]).
     pub async fn join(
         &self,
-        voucher: i64,
+        voucher: VoucherId,
         user: i64,
         begin_at: DateTime<Utc>,
         cap: Option<&Cap>,
     ) -> Result<std::result::Result<Joined, NotJoined>> {
-        queue::join(&self.pg, voucher, user, begin_at, cap).await
+        queue::join(&self.pg, voucher.get(), user, begin_at, cap).await
     }
 
     /// The turn of `place` in the queue of `voucher`, once the frontier passed it.
-    pub async fn turn_of(&self, voucher: i64, place: i64) -> Result<Option<Turn>> {
-        advance::turn_of(&self.pg, voucher, place).await
+    pub async fn turn_of(&self, voucher: VoucherId, place: i64) -> Result<Option<Turn>> {
+        advance::turn_of(&self.pg, voucher.get(), place).await
     }
 
     /// The last `limit` shoppers the frontier passed, of `admitted`.
-    pub async fn recent_admitted(&self, voucher: i64, admitted: i64, limit: i64) -> Result<Vec<Admitted>> {
-        advance::recent_admitted(&self.pg, voucher, admitted, limit).await
+    pub async fn recent_admitted(&self, voucher: VoucherId, admitted: i64, limit: i64) -> Result<Vec<Admitted>> {
+        advance::recent_admitted(&self.pg, voucher.get(), admitted, limit).await
     }
 
     /// Sets the queue's admission rate; whether the sale has a queue.
-    pub async fn set_rate(&self, voucher: i64, rate: i32) -> Result<bool> {
-        advance::set_rate(&self.pg, voucher, rate).await
+    pub async fn set_rate(&self, voucher: VoucherId, rate: i32) -> Result<bool> {
+        advance::set_rate(&self.pg, voucher.get(), rate).await
     }
 
     /// The queue's frontier now: this instance's, at most [`frontier::REFRESH`]
@@ -74,7 +75,7 @@ impl Admission {
     /// `units_left` reads the sale's stock when the frontier may move).
     pub async fn frontier<F, Fut>(
         &self,
-        voucher: i64,
+        voucher: VoucherId,
         begin_at: DateTime<Utc>,
         turn_secs: i64,
         units_left: F,
@@ -85,66 +86,66 @@ impl Admission {
     {
         let pg = self.pg.clone();
         self.frontiers
-            .get(voucher, frontier::REFRESH, || async move {
-                advance::advance(&pg, voucher, begin_at, units_left, turn_secs).await
+            .get(voucher.get(), frontier::REFRESH, || async move {
+                advance::advance(&pg, voucher.get(), begin_at, units_left, turn_secs).await
             })
             .await
     }
 
     /// The raffle entry of `user` and whether it won, if it entered.
-    pub async fn raffle_entry(&self, voucher: i64, user: i64) -> Result<Option<(String, Option<bool>)>> {
-        raffle::mine(&self.pg, voucher, user).await
+    pub async fn raffle_entry(&self, voucher: VoucherId, user: i64) -> Result<Option<(String, Option<bool>)>> {
+        raffle::mine(&self.pg, voucher.get(), user).await
     }
 
     /// Enters `user` in the raffle of `voucher` ([`raffle::enter`]).
-    pub async fn enter(&self, voucher: i64, user: i64, cap: Option<&Cap>) -> Result<Entered> {
-        raffle::enter(&self.pg, &self.signer.raffle, voucher, user, cap).await
+    pub async fn enter(&self, voucher: VoucherId, user: i64, cap: Option<&Cap>) -> Result<Entered> {
+        raffle::enter(&self.pg, &self.signer.raffle, voucher.get(), user, cap).await
     }
 
     /// A page of the raffle's public entries.
     pub async fn raffle_entries(
         &self,
-        voucher: i64,
+        voucher: VoucherId,
         after: Option<&str>,
         limit: i64,
         won_only: bool,
     ) -> Result<Vec<PublicEntry>> {
-        raffle::entries(&self.pg, voucher, after, limit, won_only).await
+        raffle::entries(&self.pg, voucher.get(), after, limit, won_only).await
     }
 
     /// The raffle's public summary, read now.
-    pub async fn raffle_summary(&self, voucher: i64) -> Result<Summary> {
-        raffle::summary(&self.pg, voucher).await
+    pub async fn raffle_summary(&self, voucher: VoucherId) -> Result<Summary> {
+        raffle::summary(&self.pg, voucher.get()).await
     }
 
     /// The raffle's public summary, this instance's if at most
     /// [`raffle::SUMMARY_REFRESH`] old.
-    pub async fn cached_raffle_summary(&self, voucher: i64) -> Result<Summary> {
+    pub async fn cached_raffle_summary(&self, voucher: VoucherId) -> Result<Summary> {
         let pg = self.pg.clone();
         self.summaries
-            .get(voucher, raffle::SUMMARY_REFRESH, || async move {
-                raffle::summary(&pg, voucher).await
+            .get(voucher.get(), raffle::SUMMARY_REFRESH, || async move {
+                raffle::summary(&pg, voucher.get()).await
             })
             .await
     }
 
     /// The raffle's first `limit` winners.
-    pub async fn winners_of(&self, voucher: i64, limit: i64) -> Result<Vec<Winner>> {
-        raffle::winners_of(&self.pg, voucher, limit).await
+    pub async fn winners_of(&self, voucher: VoucherId, limit: i64) -> Result<Vec<Winner>> {
+        raffle::winners_of(&self.pg, voucher.get(), limit).await
     }
 
     /// Records the beacon's round for the raffle of `voucher` ([`draw::submit`]).
-    pub async fn submit_beacon(&self, voucher: i64, round: i64, signature: &str) -> Result<Submitted> {
-        draw::submit(&self.pg, voucher, round, signature).await
+    pub async fn submit_beacon(&self, voucher: VoucherId, round: i64, signature: &str) -> Result<Submitted> {
+        draw::submit(&self.pg, voucher.get(), round, signature).await
     }
 
     /// Draws the raffle of `voucher` in the background, on the background pool;
     /// a failure is logged (the background tick tries again).
-    pub fn draw_soon(&self, voucher: i64) {
+    pub fn draw_soon(&self, voucher: VoucherId) {
         let pg = self.background_pg.clone();
         tokio::spawn(async move {
-            if let Err(e) = draw::settle(&pg, voucher).await {
-                tracing::warn!(voucher_id = voucher, error = ?e, "raffle not drawn after its beacon; the next tick tries again");
+            if let Err(e) = draw::settle(&pg, voucher.get()).await {
+                tracing::warn!(voucher_id = voucher.get(), error = ?e, "raffle not drawn after its beacon; the next tick tries again");
             }
         });
     }

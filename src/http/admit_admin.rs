@@ -76,7 +76,7 @@ pub struct AdmissionView {
     pub raffle: Option<RaffleView>,
 }
 
-async fn build_view(state: &AppState, id: i64) -> Result<AdmissionView, ApiError> {
+async fn build_view(state: &AppState, id: crate::id::VoucherId) -> Result<AdmissionView, ApiError> {
     let (voucher, flash) = sale(state, id).await?;
     let mut view = AdmissionView {
         admission: flash.admission,
@@ -145,10 +145,10 @@ pub async fn set_admit_rate(
         ));
     }
     // The frontier moves at the old rate up to now, then the new rate counts.
-    state.admit.frontiers.forget(id);
+    state.admit.frontiers.forget(id.get());
     frontier_of(&state, &voucher, &flash).await?;
     state.admit.set_rate(id, rate).await?;
-    state.admit.frontiers.forget(id);
+    state.admit.frontiers.forget(id.get());
     if let Some(v) = state.sales.get(id).await? {
         announce(&state, &v).await;
     }

@@ -122,7 +122,7 @@ pub async fn challenge(
         ));
     }
     Ok(web::Json(state.admit.signer.challenge(
-        id,
+        id.get(),
         caller.user_id,
         i64::from(flash.pow_difficulty),
         unix_now(),

@@ -57,7 +57,7 @@ pub async fn place(
     let voucher_id = path_id(&path)?;
     // What the instance answers alone (sold out, outside the window) costs the
     // crowd nothing more: not even a place in the per-shopper rate limiter.
-    let judged = match state.ordering.placer.judge_early(voucher_id) {
+    let judged = match state.ordering.placer.judge_early(voucher_id.get()) {
         Ok(judged) => judged,
         Err(refusal) => {
             state.metrics.order(refusal.outcome());
@@ -66,7 +66,7 @@ pub async fn place(
     };
     // A queue or raffle sale: the shopper's admission token, checked in process.
     if judged.admission().gated() {
-        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id, judged.queue_paused_ms()) {
+        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id.get(), judged.queue_paused_ms()) {
             state.metrics.order("not_admitted");
             return Err(refused);
         }
@@ -146,6 +146,6 @@ pub async fn mine(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let voucher_id = path_id(&path)?;
-    let order = state.ordering.lookup.mine(voucher_id, caller.user_id).await?;
+    let order = state.ordering.lookup.mine(voucher_id.get(), caller.user_id).await?;
     order.map(web::Json).ok_or_else(not_found)
 }

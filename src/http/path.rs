@@ -2,6 +2,9 @@
 use super::error::ApiError;
 use crate::id;
 
-pub fn path_id(raw: &str) -> Result<i64, ApiError> {
-    id::parse_str(raw).map_err(|e| ApiError::validation("id", e))
+/// The voucher named in a path (`/vouchers/{id}/...`).
+pub fn path_id(raw: &str) -> Result<id::VoucherId, ApiError> {
+    id::parse_str(raw)
+        .map(id::VoucherId::new)
+        .map_err(|e| ApiError::validation("id", e))
 }

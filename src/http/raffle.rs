@@ -42,7 +42,7 @@ fn not_a_raffle() -> ApiError {
     )
 }
 
-async fn raffle_sale(state: &AppState, id: i64) -> Result<crate::voucher::model::FlashSale, ApiError> {
+async fn raffle_sale(state: &AppState, id: crate::id::VoucherId) -> Result<crate::voucher::model::FlashSale, ApiError> {
     let (_, flash) = sale(state, id).await?;
     if flash.admission != Mode::Raffle {
         return Err(not_a_raffle());
@@ -70,7 +70,7 @@ pub async fn enter_raffle(
     let id = path_id(&path)?;
     let flash = raffle_sale(&state, id).await?;
     // A proof of work sent is checked first: a forged one costs no query.
-    let proof = super::challenge::first_proof(&req, &state, id, caller.user_id, &flash)?;
+    let proof = super::challenge::first_proof(&req, &state, id.get(), caller.user_id, &flash)?;
     // Entered already: the entry, with no lock taken (a crowd of repeat entries
     // must not hold the raffle's row against its close).
     if state.admit.raffle_entry(id, caller.user_id).await?.is_some() {
@@ -82,7 +82,7 @@ pub async fn enter_raffle(
     match proof {
         super::challenge::Proof::Good => {}
         super::challenge::Proof::Stale(refused) => return Err(refused),
-        super::challenge::Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
+        super::challenge::Proof::Absent => proof_of_work(&req, &state, id.get(), caller.user_id, &flash)?,
     }
     let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
     let code = match state.admit.enter(id, caller.user_id, cap.as_ref()).await? {
@@ -101,7 +101,7 @@ pub async fn enter_raffle(
 
 async fn mine(
     state: &AppState,
-    id: i64,
+    id: crate::id::VoucherId,
     user: i64,
     flash: &crate::voucher::model::FlashSale,
 ) -> Result<MyEntry, ApiError> {
@@ -121,12 +121,12 @@ async fn mine(
     let now = Utc::now();
     if won == Some(true) && now < flash.end_at {
         let exp = (now + Duration::seconds(WINNER_TOKEN_SECS)).min(flash.end_at);
-        me.admission_token = Some(
-            state
-                .admit
-                .signer
-                .admission_token(user, id, exp.timestamp().max(0) as u64, None),
-        );
+        me.admission_token = Some(state.admit.signer.admission_token(
+            user,
+            id.get(),
+            exp.timestamp().max(0) as u64,
+            None,
+        ));
         me.admission_expires_at = Some(exp);
     }
     Ok(me)

@@ -75,7 +75,7 @@ pub async fn pause(
     _admin: Admin,
     path: web::Path<String>,
 ) -> Result<web::Json<Voucher>, ApiError> {
-    set_paused(&state, path_id(&path)?, true).await.map(web::Json)
+    set_paused(&state, (path_id(&path)?).get(), true).await.map(web::Json)
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/resume", tag = "admin", security(("bearer" = [])),
@@ -88,7 +88,7 @@ pub async fn resume(
     _admin: Admin,
     path: web::Path<String>,
 ) -> Result<web::Json<Voucher>, ApiError> {
-    set_paused(&state, path_id(&path)?, false).await.map(web::Json)
+    set_paused(&state, (path_id(&path)?).get(), false).await.map(web::Json)
 }
 
 /// Committed in Postgres, then announced: this instance's cache at once, the

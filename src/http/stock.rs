@@ -65,7 +65,7 @@ pub async fn add_stock(
                 let top_up = state.sales.top_up(top_up_id).await?.ok_or_else(voucher_not_found)?;
                 let voucher = state
                     .sales
-                    .get(top_up.voucher_id)
+                    .get(crate::id::VoucherId::new(top_up.voucher_id))
                     .await?
                     .ok_or_else(voucher_not_found)?;
                 let answer =
@@ -75,12 +75,12 @@ pub async fn add_stock(
             }
         }
     }
-    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
+    let voucher = repo::get(&mut *tx, id.get()).await?.ok_or_else(voucher_not_found)?;
     let not_a_flash_sale = || ApiError::conflict("not_a_flash_sale", "this voucher has no stock to add to");
     if voucher.flash.is_none() {
         return Err(not_a_flash_sale());
     }
-    let top_up = match topup::record(&mut tx, id, add).await? {
+    let top_up = match topup::record(&mut tx, id.get(), add).await? {
         Ok(top_up) => top_up,
         Err(NotRecorded::NotAFlashSale) => return Err(not_a_flash_sale()),
         // Its winners are as many as its stock when the entries closed.
@@ -102,7 +102,7 @@ pub async fn add_stock(
     if let Some(key) = &key {
         idempotency::note_top_up(&mut tx, admin, key, top_up.id).await?;
     }
-    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
+    let voucher = repo::get(&mut *tx, id.get()).await?.ok_or_else(voucher_not_found)?;
     tx.commit().await?;
     // Committed: the top-up happens whatever fails from here on, and the answer is
     // 200 (without a key, a retry would add the units twice).

@@ -32,13 +32,13 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// Postgres, unless Postgres said lately that there is none (404 at once: an
 /// unknown id costs Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`,
 /// not one per request; see `voucher::cache::missing`).
-pub(super) async fn cached(state: &AppState, id: i64) -> Result<Voucher, ApiError> {
+pub(super) async fn cached(state: &AppState, id: crate::id::VoucherId) -> Result<Voucher, ApiError> {
     state.sales.lookup(id).await?.ok_or_else(voucher_not_found)
 }
 
 /// The flash sale `id` (see [`cached`]): 409 `not_a_flash_sale` for an ordinary
 /// voucher, which has no admission.
-pub(super) async fn sale(state: &AppState, id: i64) -> Result<(Voucher, FlashSale), ApiError> {
+pub(super) async fn sale(state: &AppState, id: crate::id::VoucherId) -> Result<(Voucher, FlashSale), ApiError> {
     let voucher = cached(state, id).await?;
     let flash = voucher
         .flash
@@ -87,7 +87,10 @@ pub async fn create(
     if let Some(flash) = &voucher.flash {
         // Loaded before the commit: a voucher that exists in Postgres always has its
         // stock in Redis (if Redis is down, nothing is created).
-        state.sales.load(voucher.id, flash.stock, flash.shards()).await?;
+        state
+            .sales
+            .load(voucher.typed_id(), flash.stock, flash.shards())
+            .await?;
     }
     let answer = serde_json::to_value(&voucher).map_err(anyhow::Error::from)?;
     if let Some(key) = &key {
@@ -207,7 +210,7 @@ pub async fn public_get(
         let units = state
             .http
             .public_stock
-            .get(id, stock::PUBLIC_REFRESH, || async move {
+            .get(id.get(), stock::PUBLIC_REFRESH, || async move {
                 sales.remaining(id, shards).await
             })
             .await?;
@@ -222,10 +225,10 @@ pub async fn public_get(
 }
 
 pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
-    let orders_persisted = state.sales.orders_persisted(voucher.id).await?;
+    let orders_persisted = state.sales.orders_persisted(voucher.typed_id()).await?;
     let stats = match &voucher.flash {
         Some(f) => {
-            let s = state.sales.stats(voucher.id, f.shards()).await?;
+            let s = state.sales.stats(voucher.typed_id(), f.shards()).await?;
             SaleStats {
                 stock_remaining: s.stock,
                 orders_accepted: s.accepted,
@@ -255,7 +258,7 @@ pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<Vou
 /// This instance's cache learns at once; the others through pub/sub.
 pub(super) async fn announce(state: &AppState, voucher: &Voucher) {
     state.sales.cache_now(voucher);
-    if let Err(e) = state.sales.publish_change(voucher.id).await {
+    if let Err(e) = state.sales.publish_change(voucher.typed_id()).await {
         tracing::warn!(error = %format!("{e:#}"), "could not announce a voucher change; other instances catch up on refresh");
     }
 }

@@ -59,7 +59,7 @@ fn not_a_queue() -> ApiError {
 
 /// The queue's frontier now (this instance's, at most [`crate::admit::frontier::REFRESH`] old).
 pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
-    let (id, shards, turn) = (voucher.id, flash.shards(), flash.turn_secs.unwrap_or(300));
+    let (id, shards, turn) = (voucher.typed_id(), flash.shards(), flash.turn_secs.unwrap_or(300));
     // Read when the frontier may move, after the live orders are counted.
     let units = || async { Ok(state.sales.remaining(id, shards).await?.unwrap_or(0)) };
     Ok(state.admit.frontier(id, flash.begin_at, i64::from(turn), units).await?)
@@ -76,7 +76,7 @@ async fn status(
     let f = frontier_of(state, voucher, flash).await?;
     // Drawn since the ticket was made: look the place up once.
     let place = match place {
-        None if f.sealed => state.admit.place_of(voucher.id, user).await?.flatten(),
+        None if f.sealed => state.admit.place_of(voucher.typed_id(), user).await?.flatten(),
         p => p,
     };
     let exp = flash.end_at.timestamp().max(0) as u64 + 60;
@@ -108,7 +108,7 @@ async fn status(
     }
     s.position = Some(0);
     s.estimated_wait_secs = Some(0.0);
-    let Some(turn) = state.admit.turn_of(voucher.id, place).await? else {
+    let Some(turn) = state.admit.turn_of(voucher.typed_id(), place).await? else {
         return Ok(s);
     };
     // The turn counts the time the sale was not paused: while it is, the end
@@ -161,7 +161,7 @@ pub async fn join_queue(
         return Err(ApiError::conflict("sale_ended", "the sale has ended"));
     }
     // A proof of work sent is checked first: a forged one costs no query.
-    let proof = first_proof(&req, &state, id, caller.user_id, &flash)?;
+    let proof = first_proof(&req, &state, id.get(), caller.user_id, &flash)?;
     // One place per shopper: a shopper who has one gets it back without paying
     // again (an expired proof sent with the request does not matter then).
     let had = state.admit.place_of(id, caller.user_id).await?;
@@ -169,7 +169,7 @@ pub async fn join_queue(
         match proof {
             Proof::Good => {}
             Proof::Stale(refused) => return Err(refused),
-            Proof::Absent => proof_of_work(&req, &state, id, caller.user_id, &flash)?,
+            Proof::Absent => proof_of_work(&req, &state, id.get(), caller.user_id, &flash)?,
         }
     }
     let cap = cap_of(&req, &state.settings.trusted_proxies, &flash);
@@ -222,7 +222,7 @@ pub async fn queue_me(
         Some(t) => match state
             .admit
             .signer
-            .read_ticket(t.to_str().unwrap_or_default(), caller.user_id, id)
+            .read_ticket(t.to_str().unwrap_or_default(), caller.user_id, id.get())
         {
             Ok(place) => Some(place),
             // An old ticket says nothing wrong: look the place up.

@@ -8,6 +8,7 @@ use super::stock::{self, Event, Stats};
 use super::topup::{self, TopUp};
 use super::{cache::VoucherCache, repo};
 use crate::broker::Broker;
+use crate::id::VoucherId;
 use crate::keys::Keys;
 use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
@@ -60,25 +61,25 @@ impl Sales {
     }
 
     /// The voucher `id`, from Postgres.
-    pub async fn get(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
-        repo::get(&self.0.pg, id).await
+    pub async fn get(&self, id: VoucherId) -> Result<Option<Voucher>, sqlx::Error> {
+        repo::get(&self.0.pg, id.get()).await
     }
 
     /// The voucher `id` from this instance's cache, else from Postgres, unless
     /// Postgres said lately that there is none (`None` at once: an unknown id costs
     /// Postgres one query per id and `SECKILL_MISSING_VOUCHER_TTL_MS`, not one per
     /// request; see `voucher::cache::missing`).
-    pub async fn lookup(&self, id: i64) -> Result<Option<Voucher>, sqlx::Error> {
-        if let Some(e) = self.0.cache.get(id) {
+    pub async fn lookup(&self, id: VoucherId) -> Result<Option<Voucher>, sqlx::Error> {
+        if let Some(e) = self.0.cache.get(id.get()) {
             return Ok(Some(e.voucher.clone()));
         }
-        if self.0.cache.known_missing(id) {
+        if self.0.cache.known_missing(id.get()) {
             return Ok(None);
         }
         let marker = self.0.cache.read_marker();
-        let found = repo::get(&self.0.pg, id).await?;
+        let found = repo::get(&self.0.pg, id.get()).await?;
         if found.is_none() {
-            self.0.cache.note_missing(id, marker);
+            self.0.cache.note_missing(id.get(), marker);
         }
         Ok(found)
     }
@@ -104,28 +105,28 @@ impl Sales {
     }
 
     /// Orders of the sale persisted (failed ones excluded).
-    pub async fn orders_persisted(&self, id: i64) -> Result<i64, sqlx::Error> {
-        repo::orders_persisted(&self.0.pg, id).await
+    pub async fn orders_persisted(&self, id: VoucherId) -> Result<i64, sqlx::Error> {
+        repo::orders_persisted(&self.0.pg, id.get()).await
     }
 
     /// Orders of the sale the payment timeout cancelled.
-    pub async fn timed_out(&self, id: i64) -> Result<i64> {
-        live_numbers::timed_out(&self.0.pg, id).await
+    pub async fn timed_out(&self, id: VoucherId) -> Result<i64> {
+        live_numbers::timed_out(&self.0.pg, id.get()).await
     }
 
     /// A sale's stock and orders in Redis.
-    pub async fn stats(&self, id: i64, shards: u32) -> Result<Stats> {
-        stock::stats(&self.0.redis, &self.0.keys, id, shards).await
+    pub async fn stats(&self, id: VoucherId, shards: u32) -> Result<Stats> {
+        stock::stats(&self.0.redis, &self.0.keys, id.get(), shards).await
     }
 
     /// Units on sale in Redis, summed over the shards.
-    pub async fn remaining(&self, id: i64, shards: u32) -> Result<Option<i64>> {
-        stock::remaining(&self.0.redis, &self.0.keys, id, shards).await
+    pub async fn remaining(&self, id: VoucherId, shards: u32) -> Result<Option<i64>> {
+        stock::remaining(&self.0.redis, &self.0.keys, id.get(), shards).await
     }
 
     /// Puts a new sale's stock in Redis.
-    pub async fn load(&self, id: i64, stock: i32, shards: u32) -> Result<bool> {
-        stock::load(&self.0.redis, &self.0.keys, id, stock, shards).await
+    pub async fn load(&self, id: VoucherId, stock: i32, shards: u32) -> Result<bool> {
+        stock::load(&self.0.redis, &self.0.keys, id.get(), stock, shards).await
     }
 
     /// This instance's cache learns of `voucher` at once; the others through
@@ -135,23 +136,23 @@ impl Sales {
     }
 
     /// Tells every instance that `voucher` changed.
-    pub async fn publish_change(&self, voucher: i64) -> Result<()> {
-        stock::publish(&self.0.redis, &self.0.keys, Event::Voucher(voucher)).await
+    pub async fn publish_change(&self, voucher: VoucherId) -> Result<()> {
+        stock::publish(&self.0.redis, &self.0.keys, Event::Voucher(voucher.get())).await
     }
 
     /// A sale's books (Postgres, then Redis).
-    pub async fn books(&self, id: i64) -> Result<Lookup> {
-        audit::books(&self.0.pg, &self.0.redis, &self.0.keys, id).await
+    pub async fn books(&self, id: VoucherId) -> Result<Lookup> {
+        audit::books(&self.0.pg, &self.0.redis, &self.0.keys, id.get()).await
     }
 
     /// A sale's books with the orders queue's depth.
-    pub async fn audit(&self, id: i64) -> Result<Lookup> {
-        audit::audit(&self.0.pg, &self.0.redis, &self.0.keys, &self.0.broker, id).await
+    pub async fn audit(&self, id: VoucherId) -> Result<Lookup> {
+        audit::audit(&self.0.pg, &self.0.redis, &self.0.keys, &self.0.broker, id.get()).await
     }
 
     /// How far the relay is behind on the sale's outboxes.
-    pub async fn relay_state(&self, id: i64, shards: u32) -> Result<RelayState> {
-        live_numbers::relay_state(&self.0.redis, &self.0.keys, id, shards).await
+    pub async fn relay_state(&self, id: VoucherId, shards: u32) -> Result<RelayState> {
+        live_numbers::relay_state(&self.0.redis, &self.0.keys, id.get(), shards).await
     }
 
     /// Top-up `id`, done or pending.

@@ -87,6 +87,11 @@ pub struct Voucher {
 }
 
 impl Voucher {
+    /// Its id as the areas' services take it.
+    pub fn typed_id(&self) -> crate::id::VoucherId {
+        crate::id::VoucherId::new(self.id)
+    }
+
     pub fn is_flash_sale(&self) -> bool {
         self.flash.is_some()
     }
