@@ -241,3 +241,27 @@ impl fmt::Display for VoucherId {
         self.0.fmt(f)
     }
 }
+
+/// A shopper's id, as the areas' services take it: the caller a token names,
+/// read once where the request is authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct UserId(i64);
+
+impl UserId {
+    /// The id `id`, already checked (a verified token's subject, or a row's).
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    /// The number, for a statement or a key.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}

@@ -7,7 +7,7 @@ use super::draw::{self, Submitted};
 use super::queue::{self, Joined, NotJoined};
 use super::raffle::{self, Entered, PublicEntry, Summary, Winner};
 use super::{frontier, signing};
-use crate::id::VoucherId;
+use crate::id::{UserId, VoucherId};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -40,19 +40,19 @@ impl Admission {
     }
 
     /// The place of `user` in the queue of `voucher` ([`queue::place_of`]).
-    pub async fn place_of(&self, voucher: VoucherId, user: i64) -> Result<Option<Option<i64>>> {
-        queue::place_of(&self.pg, voucher.get(), user).await
+    pub async fn place_of(&self, voucher: VoucherId, user: UserId) -> Result<Option<Option<i64>>> {
+        queue::place_of(&self.pg, voucher.get(), user.get()).await
     }
 
     /// Joins `user` to the queue of `voucher` ([`queue::join`]).
     pub async fn join(
         &self,
         voucher: VoucherId,
-        user: i64,
+        user: UserId,
         begin_at: DateTime<Utc>,
         cap: Option<&Cap>,
     ) -> Result<std::result::Result<Joined, NotJoined>> {
-        queue::join(&self.pg, voucher.get(), user, begin_at, cap).await
+        queue::join(&self.pg, voucher.get(), user.get(), begin_at, cap).await
     }
 
     /// The turn of `place` in the queue of `voucher`, once the frontier passed it.
@@ -93,13 +93,13 @@ impl Admission {
     }
 
     /// The raffle entry of `user` and whether it won, if it entered.
-    pub async fn raffle_entry(&self, voucher: VoucherId, user: i64) -> Result<Option<(String, Option<bool>)>> {
-        raffle::mine(&self.pg, voucher.get(), user).await
+    pub async fn raffle_entry(&self, voucher: VoucherId, user: UserId) -> Result<Option<(String, Option<bool>)>> {
+        raffle::mine(&self.pg, voucher.get(), user.get()).await
     }
 
     /// Enters `user` in the raffle of `voucher` ([`raffle::enter`]).
-    pub async fn enter(&self, voucher: VoucherId, user: i64, cap: Option<&Cap>) -> Result<Entered> {
-        raffle::enter(&self.pg, &self.signer.raffle, voucher.get(), user, cap).await
+    pub async fn enter(&self, voucher: VoucherId, user: UserId, cap: Option<&Cap>) -> Result<Entered> {
+        raffle::enter(&self.pg, &self.signer.raffle, voucher.get(), user.get(), cap).await
     }
 
     /// A page of the raffle's public entries.

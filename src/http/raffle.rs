@@ -73,8 +73,8 @@ pub async fn enter_raffle(
     let proof = super::challenge::first_proof(&req, &state, id.get(), caller.user_id, &flash)?;
     // Entered already: the entry, with no lock taken (a crowd of repeat entries
     // must not hold the raffle's row against its close).
-    if state.admit.raffle_entry(id, caller.user_id).await?.is_some() {
-        return Ok(HttpResponse::Ok().json(mine(&state, id, caller.user_id, &flash).await?));
+    if state.admit.raffle_entry(id, caller.user()).await?.is_some() {
+        return Ok(HttpResponse::Ok().json(mine(&state, id, caller.user(), &flash).await?));
     }
     if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
         return Err(closed());
@@ -85,7 +85,7 @@ pub async fn enter_raffle(
         super::challenge::Proof::Absent => proof_of_work(&req, &state, id.get(), caller.user_id, &flash)?,
     }
     let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
-    let code = match state.admit.enter(id, caller.user_id, cap.as_ref()).await? {
+    let code = match state.admit.enter(id, caller.user(), cap.as_ref()).await? {
         Entered::New(_) => StatusCode::CREATED,
         Entered::Already(_) => StatusCode::OK,
         Entered::Closed => return Err(closed()),
@@ -96,13 +96,13 @@ pub async fn enter_raffle(
             ))
         }
     };
-    Ok(HttpResponse::build(code).json(mine(&state, id, caller.user_id, &flash).await?))
+    Ok(HttpResponse::build(code).json(mine(&state, id, caller.user(), &flash).await?))
 }
 
 async fn mine(
     state: &AppState,
     id: crate::id::VoucherId,
-    user: i64,
+    user: crate::id::UserId,
     flash: &crate::voucher::model::FlashSale,
 ) -> Result<MyEntry, ApiError> {
     let (entry, won) = state
@@ -122,7 +122,7 @@ async fn mine(
     if won == Some(true) && now < flash.end_at {
         let exp = (now + Duration::seconds(WINNER_TOKEN_SECS)).min(flash.end_at);
         me.admission_token = Some(state.admit.signer.admission_token(
-            user,
+            user.get(),
             id.get(),
             exp.timestamp().max(0) as u64,
             None,
@@ -148,7 +148,7 @@ pub async fn raffle_me(
 ) -> Result<web::Json<MyEntry>, ApiError> {
     let id = path_id(&path)?;
     let flash = raffle_sale(&state, id).await?;
-    Ok(web::Json(mine(&state, id, caller.user_id, &flash).await?))
+    Ok(web::Json(mine(&state, id, caller.user(), &flash).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/raffle", tag = "admission",

@@ -69,7 +69,7 @@ async fn status(
     state: &AppState,
     voucher: &Voucher,
     flash: &FlashSale,
-    user: i64,
+    user: crate::id::UserId,
     place: Option<i64>,
 ) -> Result<QueueStatus, ApiError> {
     let now = Utc::now();
@@ -81,7 +81,7 @@ async fn status(
     };
     let exp = flash.end_at.timestamp().max(0) as u64 + 60;
     let mut s = QueueStatus {
-        ticket: state.admit.signer.ticket(user, voucher.id, place, exp),
+        ticket: state.admit.signer.ticket(user.get(), voucher.id, place, exp),
         state: "waiting".into(),
         place,
         position: None,
@@ -129,7 +129,7 @@ async fn status(
         state
             .admit
             .signer
-            .admission_token(user, voucher.id, exp, Some(paused_ms)),
+            .admission_token(user.get(), voucher.id, exp, Some(paused_ms)),
     );
     Ok(s)
 }
@@ -164,7 +164,7 @@ pub async fn join_queue(
     let proof = first_proof(&req, &state, id.get(), caller.user_id, &flash)?;
     // One place per shopper: a shopper who has one gets it back without paying
     // again (an expired proof sent with the request does not matter then).
-    let had = state.admit.place_of(id, caller.user_id).await?;
+    let had = state.admit.place_of(id, caller.user()).await?;
     if had.is_none() {
         match proof {
             Proof::Good => {}
@@ -175,7 +175,7 @@ pub async fn join_queue(
     let cap = cap_of(&req, &state.settings.trusted_proxies, &flash);
     let joined = state
         .admit
-        .join(id, caller.user_id, flash.begin_at, cap.as_ref())
+        .join(id, caller.user(), flash.begin_at, cap.as_ref())
         .await?
         .map_err(|refused| match refused {
             queue::NotJoined::Sealing => ApiError::unavailable(
@@ -185,7 +185,7 @@ pub async fn join_queue(
             ),
             queue::NotJoined::AddressCap => cap_reached(flash.address_cap.unwrap_or(0), "places"),
         })?;
-    let status = status(&state, &voucher, &flash, caller.user_id, joined.place).await?;
+    let status = status(&state, &voucher, &flash, caller.user(), joined.place).await?;
     let code = if joined.new {
         StatusCode::CREATED
     } else {
@@ -236,11 +236,9 @@ pub async fn queue_me(
         Some(place) => place,
         None => state
             .admit
-            .place_of(id, caller.user_id)
+            .place_of(id, caller.user())
             .await?
             .ok_or_else(|| ApiError::not_found("not_in_queue", "the caller has not joined this queue"))?,
     };
-    Ok(web::Json(
-        status(&state, &voucher, &flash, caller.user_id, place).await?,
-    ))
+    Ok(web::Json(status(&state, &voucher, &flash, caller.user(), place).await?))
 }

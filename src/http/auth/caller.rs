@@ -24,6 +24,11 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The caller as a shopper the areas' services know.
+    pub fn user(&self) -> crate::id::UserId {
+        crate::id::UserId::new(self.user_id)
+    }
+
     pub fn is_admin(&self) -> bool {
         self.role == Role::Admin
     }
