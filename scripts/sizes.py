@@ -43,8 +43,11 @@ def functions(text):
     """(name, first line, lines) of each function with a body."""
     t = blank(text)
     for m in re.finditer(r"\bfn\s+([A-Za-z_][A-Za-z0-9_]*)", t):
-        k = m.end()
-        while k < len(t) and t[k] not in "{;":
+        # The body opens at the first `{` outside the signature's brackets (a `;`
+        # there, as in `[u8; 32]`, is not the end of a declaration).
+        k, nested = m.end(), 0
+        while k < len(t) and not (nested == 0 and t[k] in "{;"):
+            nested += {"(": 1, "[": 1, ")": -1, "]": -1}.get(t[k], 0)
             k += 1
         if k >= len(t) or t[k] == ";":
             continue
@@ -87,6 +90,7 @@ def self_test():
         "a function of 81 lines": (body(81), 1),
         "a file of 301 lines": ("\n" * 301, 1),
         "an allowance": ("#[allow(clippy::too_many_arguments)]\nfn f() {}\n", 1),
+        "an array in the signature": ("fn f() -> [u8; 32] {\n" + "    let _ = 1;\n" * 80 + "}\n", 1),
         "braces in strings and comments": ("fn f() {\n    // }\n    let _ = '}';\n}\nfn g() {}\n", 0),
     }
     for name, (text, want) in cases.items():

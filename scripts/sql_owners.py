@@ -9,9 +9,9 @@ when its text names it after FROM, INTO, UPDATE, JOIN, TABLE, TRUNCATE, USING or
 LOCK (what a query on it reads or writes), in the code outside its
 `#[cfg(test)] mod tests`. Every table a migration creates must have an owner.
 A handler calls the areas' services (`state.sales`, `state.admit`, ...): a file of
-src/http/ that names `state.handles` (the pools, Redis, the broker: the
-background tasks' own), `state.pg`, `state.redis` or opens a Redis connection
-(`.conn()`) is out of place too (src/http/state.rs, which holds
+src/http/ that reaches `.handles` (the pools, Redis, the broker: the background
+tasks' own) or the background pool, names `state.pg` or `state.redis`, or opens
+a Redis connection (`.conn()`) is out of place too (src/http/state.rs, which holds
 the handles for the background tasks, and src/http/idempotency.rs, which owns its
 table, excepted). Usage: sql_owners.py [ROOT | --self-test]. Prints each file and
 table out of place."""
@@ -74,7 +74,7 @@ def check(root, owners=OWNERS):
             text = re.split(r"#\[cfg\(test\)\]\s*mod tests\s*\{", open(path).read())[0]
             text = re.sub(r"//[^\n]*", "", text)
             if rel.startswith("http" + os.sep) and n not in ("state.rs", "idempotency.rs"):
-                for m in re.finditer(r"\bstate\s*\.\s*(?:handles|pg|background_pg|redis)\b|\.conn\(\)", text):
+                for m in re.finditer(r"\.\s*(?:handles|background_pg)\b|\b(?:state|owned)\s*\.\s*(?:pg|redis)\b|\.conn\(\)", text):
                     problems.append(f"src/{rel} reaches past the services: {m.group(0)}")
             for table, owner in sorted(owners.items()):
                 if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
@@ -96,6 +96,7 @@ def self_test():
         "a table with no owner": ({"migrations/0001_x.sql": "CREATE TABLE unowned (id bigint);"}, 1),
         "a handler with a pool": ({"src/http/orders.rs": "fn f(state: &S) { g(&state.pg) }"}, 1),
         "a handler with the handles": ({"src/http/orders.rs": "fn f(state: &S) { g(&state\n    .handles.pg) }"}, 1),
+        "a handler with a clone of the state": ({"src/http/orders.rs": "fn f(owned: &S) { g(&owned.handles.pg) }"}, 1),
         "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
     }
     for name, (tree, want) in cases.items():
