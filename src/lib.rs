@@ -50,7 +50,8 @@
 //!   RabbitMQ, distributed locks, every key and queue name, the settings, metrics,
 //!   the reconnect loop.
 //! - base values: `clock`, `clock_skew`, `id`, `validate`: the one source of
-//!   "now" and how far it is from Postgres's, ids as JSON strings, request bodies
+//!   "now" and how far it is from Postgres's, ids as JSON strings and the id
+//!   types the services take ([`id::VoucherId`], [`id::UserId`]), request bodies
 //!   checked field by field.
 pub mod admit;
 pub mod app;
