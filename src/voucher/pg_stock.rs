@@ -24,7 +24,7 @@ pub async fn read(tx: &mut PgConnection, vouchers: &[i64]) -> Result<HashMap<i64
     )
 }
 
-/// Locks the rows of `vouchers` (in id order, as given: two transactions never
+/// Locks the rows of `vouchers` (in id order, whatever the order given: two transactions never
 /// wait on each other in a cycle) and returns the stock of each.
 pub async fn lock(tx: &mut PgConnection, vouchers: &[i64]) -> Result<HashMap<i64, i32>, sqlx::Error> {
     Ok(sqlx::query_as(
