@@ -57,8 +57,9 @@ fn not_a_queue() -> ApiError {
     ApiError::conflict("not_a_queue", "this sale has no queue (its admission is not `queue`)")
 }
 
-/// The queue's frontier now (this instance's, at most [`crate::admit::frontier::REFRESH`] old).
-pub(super) async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
+/// The queue's frontier now (this instance's, at most [`crate::admit::frontier::REFRESH`] old);
+/// the background tick moves it too (`crate::app`'s queue task).
+pub async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
     let (id, shards, turn) = (voucher.typed_id(), flash.shards(), flash.turn_secs.unwrap_or(300));
     // Read when the frontier may move, after the live orders are counted.
     let units = || async { Ok(state.sales.remaining(id, shards).await?.unwrap_or(0)) };

@@ -19,21 +19,11 @@ use std::sync::Arc;
 /// The sales area's service: what it needs, held once, for every request (a
 /// clone is one reference more).
 #[derive(Clone)]
-pub struct Sales(Arc<Parts>);
-
-/// What [`Sales`] holds.
-struct Parts {
-    /// The request handlers' pool.
-    pg: PgPool,
-    redis: Redis,
-    keys: Keys,
-    broker: Arc<Broker>,
-    recovery: Arc<Recovery>,
-    cache: Arc<VoucherCache>,
-}
+pub struct Sales(Arc<SalesParts>);
 
 /// What [`Sales`] is made of.
 pub struct SalesParts {
+    /// The request handlers' pool.
     pub pg: PgPool,
     pub redis: Redis,
     pub keys: Keys,
@@ -43,15 +33,8 @@ pub struct SalesParts {
 }
 
 impl Sales {
-    pub fn new(p: SalesParts) -> Self {
-        Self(Arc::new(Parts {
-            pg: p.pg,
-            redis: p.redis,
-            keys: p.keys,
-            broker: p.broker,
-            recovery: p.recovery,
-            cache: p.cache,
-        }))
+    pub fn new(parts: SalesParts) -> Self {
+        Self(Arc::new(parts))
     }
 
     /// A transaction for a change that must commit with the caller's own writes

@@ -16,17 +16,13 @@ pub(super) async fn advance_running_queues(state: &AppState) {
         if flash.admission != Mode::Queue || now < flash.begin_at {
             continue;
         }
-        let id = entry.voucher.typed_id();
         if now >= flash.end_at {
             // Ended: its frontier is of no more use to this instance.
-            state.admit.frontiers.forget(id.get());
+            state.admit.frontiers.forget(entry.voucher.id);
             continue;
         }
-        let (shards, turn) = (flash.shards(), flash.turn_secs.unwrap_or(300));
-        // Read when the frontier may move, after the live orders are counted.
-        let units = || async { Ok(state.sales.remaining(id, shards).await?.unwrap_or(0)) };
-        if let Err(e) = state.admit.frontier(id, flash.begin_at, i64::from(turn), units).await {
-            tracing::debug!(voucher_id = id.get(), error = ?e, "queue not advanced this tick");
+        if let Err(e) = crate::http::waiting::frontier_of(state, &entry.voucher, flash).await {
+            tracing::debug!(voucher_id = entry.voucher.id, error = ?e, "queue not advanced this tick");
         }
     }
 }
