@@ -79,14 +79,14 @@ pub fn input_schema() -> RefOr<Schema> {
         .into()
 }
 
-/// `#[serde(with = "crate::id")]` for an `i64` field.
-pub fn serialize<S: Serializer>(id: &i64, s: S) -> Result<S::Ok, S::Error> {
+/// `#[serde(with = "crate::id")]` for an id field (an `i64` or a typed id).
+pub fn serialize<S: Serializer, T: fmt::Display>(id: &T, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(id)
 }
 
-pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+pub fn deserialize<'de, D: Deserializer<'de>, T: From<i64>>(d: D) -> Result<T, D::Error> {
     let v = Value::deserialize(d)?;
-    parse_value(&v).map_err(serde::de::Error::custom)
+    parse_value(&v).map(T::from).map_err(serde::de::Error::custom)
 }
 
 /// A positive 63-bit id from a JSON string or number.
@@ -218,50 +218,83 @@ mod tests {
     }
 }
 
-/// A voucher's id (a sale's), as the areas' services take it: parsed once, where
-/// it enters (a path, a body), and a number of no other kind from then on.
+/// A typed id: a number of one kind only, parsed or read once where it enters.
+/// On the wire inside the service (RabbitMQ messages, outbox entries) it is the
+/// bare number (`serde(transparent)`); the API writes it as a string with
+/// `#[serde(with = "crate::id")]`, and Postgres stores it as a `bigint`.
+macro_rules! typed_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, sqlx::Type)]
+        #[serde(transparent)]
+        #[sqlx(transparent)]
+        #[repr(transparent)]
+        pub struct $name(i64);
+
+        impl $name {
+            /// The id `id`, already checked (read from Postgres, or parsed).
+            pub const fn new(id: i64) -> Self {
+                Self(id)
+            }
+
+            /// The number, for a statement or a key.
+            pub const fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl From<i64> for $name {
+            fn from(id: i64) -> Self {
+                Self(id)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+typed_id!(
+    /// A voucher's id (a sale's), as the areas' services take it: parsed once, where
+    /// it enters (a path, a body), and a number of no other kind from then on.
+    VoucherId
+);
+
+typed_id!(
+    /// A shopper's id, as the areas' services take it: the caller a token names,
+    /// read once where the request is authenticated.
+    UserId
+);
+
+typed_id!(
+    /// An order's id: the one its shopper was given (`Accepted::order_id`), parsed
+    /// once from a path. Ids are unique by design but may be issued twice
+    /// (a counter that went back); the order itself is an [`OrderKey`].
+    OrderId
+);
+
+/// What tells one order from another: the id its shopper was given, the shopper
+/// and the voucher. Two orders that share an id (issued twice) are still two
+/// orders, and neither may be taken for a repeat of the other: everywhere orders
+/// are compared, they are compared by this.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(transparent)]
-pub struct VoucherId(i64);
-
-impl VoucherId {
-    /// The id `id`, already checked (read from Postgres, or parsed).
-    pub const fn new(id: i64) -> Self {
-        Self(id)
-    }
-
-    /// The number, for a statement or a key.
-    pub const fn get(self) -> i64 {
-        self.0
-    }
+pub struct OrderKey {
+    pub id: OrderId,
+    pub user: UserId,
+    pub voucher: VoucherId,
 }
 
-impl fmt::Display for VoucherId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// A shopper's id, as the areas' services take it: the caller a token names,
-/// read once where the request is authenticated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(transparent)]
-pub struct UserId(i64);
-
-impl UserId {
-    /// The id `id`, already checked (a verified token's subject, or a row's).
-    pub const fn new(id: i64) -> Self {
-        Self(id)
-    }
-
-    /// The number, for a statement or a key.
-    pub const fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for UserId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
+impl OrderKey {
+    /// The key of order `id` of shopper `user` for voucher `voucher`, as a row
+    /// or an entry holds them.
+    pub const fn of(id: i64, user: i64, voucher: i64) -> Self {
+        Self {
+            id: OrderId(id),
+            user: UserId(user),
+            voucher: VoucherId(voucher),
+        }
     }
 }

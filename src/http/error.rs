@@ -4,6 +4,7 @@
 //!
 //! Domain errors become `ApiError`s here, and only here (the `From` impls at the
 //! end): the status and `code` each one gets is part of the public contract.
+use crate::id::OrderId;
 use crate::lock::user::Busy;
 use crate::sequence::RuleError;
 use crate::validate::ValidationError;
@@ -172,7 +173,7 @@ impl From<crate::order::place::Refusal> for ApiError {
             Refusal::Paused => ApiError::conflict("sale_paused", message),
             Refusal::SoldOut => ApiError::conflict("sold_out", message),
             Refusal::AlreadyOrdered(order_id) => ApiError {
-                order_id,
+                order_id: order_id.map(OrderId::get),
                 ..ApiError::conflict("already_ordered", message)
             },
             Refusal::Unavailable { retry_after_secs, .. } => ApiError::unavailable(message, retry_after_secs),

@@ -6,22 +6,19 @@
 use super::auth::{Caller, Shopper};
 use super::error::ApiError;
 use super::error::ErrorBody;
+use super::path::path_order_id;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable};
 use super::state::AppState;
-use crate::id;
+use crate::id::OrderId;
 use crate::order::lifecycle::Canceller;
 use crate::order::Order;
 use actix_web::web;
 
-fn order_id(raw: &str) -> Result<i64, ApiError> {
-    id::parse_str(raw).map_err(|e| ApiError::validation("order_id", e))
-}
-
 /// Why the conditional update changed nothing: 404 if the caller cannot see the
 /// order, else 409 `code` naming its state.
-async fn refusal(state: &AppState, order_id: i64, caller: Caller, code: &'static str, verb: &str) -> ApiError {
-    match state.ordering.lookup.find(order_id, Some(caller.user_id)).await {
-        Ok(Some(o)) if o.user_id == caller.user_id => {
+async fn refusal(state: &AppState, order_id: OrderId, caller: Caller, code: &'static str, verb: &str) -> ApiError {
+    match state.ordering.lookup.find(order_id, Some(caller.user())).await {
+        Ok(Some(o)) if o.user_id == caller.user() => {
             ApiError::conflict(code, format!("an order that is {} cannot be {verb}", o.status))
         }
         Ok(_) => ApiError::not_found("order_not_found", "no such order"),
@@ -42,7 +39,7 @@ pub async fn pay(
     Shopper(caller): Shopper,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
-    let id = order_id(&path)?;
+    let id = path_order_id(&path)?;
     state.http.rate_limits.check_pay_cancel(caller.user_id)?;
     // The guarded future owns a handle on the state (the serializer borrows the other).
     let owned = state.clone();
@@ -50,7 +47,7 @@ pub async fn pay(
         .ordering
         .user_serializer
         .run(caller.user_id, async move {
-            match owned.ordering.lifecycle.pay(id, caller.user_id).await? {
+            match owned.ordering.lifecycle.pay(id, caller.user()).await? {
                 Some(o) => Ok(web::Json(o)),
                 None => Err(refusal(&owned, id, caller, "order_not_payable", "paid").await),
             }
@@ -71,7 +68,7 @@ pub async fn cancel(
     Shopper(caller): Shopper,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
-    let id = order_id(&path)?;
+    let id = path_order_id(&path)?;
     state.http.rate_limits.check_pay_cancel(caller.user_id)?;
     let owned = state.clone();
     state
@@ -81,7 +78,7 @@ pub async fn cancel(
             match owned
                 .ordering
                 .lifecycle
-                .cancel(id, Canceller::Owner(caller.user_id))
+                .cancel(id, Canceller::Owner(caller.user()))
                 .await?
             {
                 Some(o) => Ok(web::Json(o)),

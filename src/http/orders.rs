@@ -3,10 +3,10 @@
 use super::auth::{Caller, Shopper};
 use super::error::ApiError;
 use super::error::ErrorBody;
-use super::path::path_id;
+use super::path::{path_id, path_order_id};
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use crate::id;
+
 use crate::order::{Accepted, Order};
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
@@ -57,7 +57,7 @@ pub async fn place(
     let voucher_id = path_id(&path)?;
     // What the instance answers alone (sold out, outside the window) costs the
     // crowd nothing more: not even a place in the per-shopper rate limiter.
-    let judged = match state.ordering.placer.judge_early(voucher_id.get()) {
+    let judged = match state.ordering.placer.judge_early(voucher_id) {
         Ok(judged) => judged,
         Err(refusal) => {
             state.metrics.order(refusal.outcome());
@@ -75,7 +75,7 @@ pub async fn place(
         state.metrics.order("rate_limited");
         return Err(limited);
     }
-    let placed = state.ordering.placer.place(judged, caller.user_id).await;
+    let placed = state.ordering.placer.place(judged, caller.user()).await;
     state.metrics.order(match &placed {
         Ok(_) => "accepted",
         Err(refusal) => refusal.outcome(),
@@ -126,11 +126,11 @@ pub async fn get(
     caller: Caller,
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
-    let order_id = id::parse_str(&path).map_err(|e| ApiError::validation("order_id", e))?;
-    let owner = (!caller.is_admin()).then_some(caller.user_id);
+    let order_id = path_order_id(&path)?;
+    let owner = (!caller.is_admin()).then_some(caller.user());
     match state.ordering.lookup.find(order_id, owner).await? {
         // Someone else's order looks exactly like a missing one.
-        Some(o) if o.user_id == caller.user_id || caller.is_admin() => Ok(web::Json(o)),
+        Some(o) if o.user_id == caller.user() || caller.is_admin() => Ok(web::Json(o)),
         _ => Err(not_found()),
     }
 }
@@ -146,6 +146,6 @@ pub async fn mine(
     path: web::Path<String>,
 ) -> Result<web::Json<Order>, ApiError> {
     let voucher_id = path_id(&path)?;
-    let order = state.ordering.lookup.mine(voucher_id.get(), caller.user_id).await?;
+    let order = state.ordering.lookup.mine(voucher_id, caller.user()).await?;
     order.map(web::Json).ok_or_else(not_found)
 }

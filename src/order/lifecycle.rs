@@ -25,6 +25,7 @@
 mod canceller;
 
 use super::model::{Order, ORDER_COLUMNS};
+use crate::id::{OrderId, UserId};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use crate::voucher::stock::{self, Event};
@@ -63,7 +64,7 @@ pub struct StockReturn {
 impl Lifecycle {
     /// `created` -> `paid` for the owner; None if the order is not theirs or not
     /// `created` (the caller explains which).
-    pub async fn pay(&self, order_id: i64, user_id: i64) -> Result<Option<Order>> {
+    pub async fn pay(&self, order_id: OrderId, user_id: UserId) -> Result<Option<Order>> {
         sqlx::query_as(&format!(
             "UPDATE voucher_orders SET status = 'paid', paid_at = now()
               WHERE id = (SELECT o.id FROM voucher_orders o
@@ -84,7 +85,7 @@ impl Lifecycle {
     ///
     /// Locks in the order of the module doc: the voucher row first, then the order
     /// row.
-    pub async fn cancel_in_pg(&self, order_id: i64, by: Canceller) -> Result<Option<(Order, StockReturn)>> {
+    pub async fn cancel_in_pg(&self, order_id: OrderId, by: Canceller) -> Result<Option<(Order, StockReturn)>> {
         let mut tx = self.pg.begin().await?;
         let owner = by.owner();
         // The order's row in Postgres. The owner's: the one `status::by_id` shows
@@ -114,12 +115,12 @@ impl Lifecycle {
         .await
         .context("cancelling an order")?;
         let Some(order) = order else { return Ok(None) };
-        crate::voucher::pg_stock::give_back_one(&mut tx, order.voucher_id).await?;
+        crate::voucher::pg_stock::give_back_one(&mut tx, order.voucher_id.get()).await?;
         let ret = StockReturn {
             order_id: stored_id,
-            voucher_id: order.voucher_id,
-            user_id: order.user_id,
-            mark_id: order.id,
+            voucher_id: order.voucher_id.get(),
+            user_id: order.user_id.get(),
+            mark_id: order.id.get(),
         };
         sqlx::query("INSERT INTO stock_returns (order_id, voucher_id, user_id) VALUES ($1, $2, $3)")
             .bind(ret.order_id)
@@ -187,13 +188,13 @@ impl Lifecycle {
     }
 
     /// Cancels and returns the stock; None if the order was not `created`.
-    pub async fn cancel(&self, order_id: i64, by: Canceller) -> Result<Option<Order>> {
+    pub async fn cancel(&self, order_id: OrderId, by: Canceller) -> Result<Option<Order>> {
         let Some((order, ret)) = self.cancel_in_pg(order_id, by).await? else {
             return Ok(None);
         };
         if let Err(e) = self.return_stock(ret).await {
             // Committed in Postgres: the recovery sweeper finishes the Redis side.
-            tracing::warn!(order_id, error = %format!("{e:#}"), "stock return left pending for recovery");
+            tracing::warn!(order_id = order_id.get(), error = %format!("{e:#}"), "stock return left pending for recovery");
         }
         Ok(Some(order))
     }
@@ -245,7 +246,7 @@ impl Lifecycle {
         .context("finding unpaid orders")?;
         let mut n = 0;
         for id in stale {
-            if self.cancel(id, Canceller::Stale).await?.is_some() {
+            if self.cancel(OrderId::new(id), Canceller::Stale).await?.is_some() {
                 n += 1;
             }
         }

@@ -1,4 +1,5 @@
 //! The order as clients see it, and as it travels through RabbitMQ.
+use crate::id::{OrderId, OrderKey, UserId, VoucherId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
@@ -9,9 +10,9 @@ use utoipa::ToSchema;
 /// One accepted order in flight from the outbox to Postgres.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OrderMsg {
-    pub id: i64,
-    pub user_id: i64,
-    pub voucher_id: i64,
+    pub id: OrderId,
+    pub user_id: UserId,
+    pub voucher_id: VoucherId,
     /// Milliseconds since the Unix epoch when Redis admitted it.
     pub created_ms: i64,
     /// The generation of its shard when Redis admitted it ([`crate::recovery`]);
@@ -20,6 +21,17 @@ pub struct OrderMsg {
     /// versions.
     #[serde(default)]
     pub epoch: i64,
+}
+
+impl OrderMsg {
+    /// What tells this order from another that shares its id.
+    pub fn key(&self) -> OrderKey {
+        OrderKey {
+            id: self.id,
+            user: self.user_id,
+            voucher: self.voucher_id,
+        }
+    }
 }
 
 /// The body of one RabbitMQ message: a batch of orders.
@@ -39,16 +51,16 @@ pub struct Order {
     #[serde(rename = "order_id", with = "crate::id")]
     #[sqlx(rename = "id")]
     #[schema(schema_with = crate::id::schema)]
-    pub id: i64,
+    pub id: OrderId,
     /// The business number (rule `order`); null until the order is persisted.
     #[schema(required = true, example = "SK202611220001")]
     pub order_no: Option<String>,
     #[serde(with = "crate::id")]
     #[schema(schema_with = crate::id::schema)]
-    pub voucher_id: i64,
+    pub voucher_id: VoucherId,
     #[serde(with = "crate::id")]
     #[schema(schema_with = crate::id::schema)]
-    pub user_id: i64,
+    pub user_id: UserId,
     #[schema(schema_with = status_schema)]
     pub status: String,
     pub created_at: DateTime<Utc>,
@@ -80,13 +92,13 @@ const STATUSES: [&str; 5] = ["pending", "created", "paid", "cancelled", "failed"
 pub struct Accepted {
     #[serde(with = "crate::id")]
     #[schema(schema_with = crate::id::schema)]
-    pub order_id: i64,
+    pub order_id: OrderId,
     #[schema(schema_with = pending_schema)]
     pub status: &'static str,
 }
 
 impl Accepted {
-    pub fn new(order_id: i64) -> Self {
+    pub fn new(order_id: OrderId) -> Self {
         Self {
             order_id,
             status: "pending",
@@ -102,13 +114,14 @@ fn pending_schema() -> RefOr<Schema> {
 }
 
 impl Order {
-    /// An order Redis accepted that the worker has not written yet.
+    /// An order Redis accepted that the worker has not written yet, from the
+    /// numbers of its shopper's mark.
     pub fn pending(id: i64, voucher_id: i64, user_id: i64, created_ms: i64) -> Self {
         Self {
-            id,
+            id: OrderId::new(id),
             order_no: None,
-            voucher_id,
-            user_id,
+            voucher_id: VoucherId::new(voucher_id),
+            user_id: UserId::new(user_id),
             status: "pending".into(),
             created_at: DateTime::from_timestamp_millis(created_ms).unwrap_or_default(),
             paid_at: None,

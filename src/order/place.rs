@@ -34,6 +34,7 @@ pub use super::refusal::Refusal;
 use super::replication::Replication;
 use crate::clock::Clock;
 use crate::clock_skew::ClockSkew;
+use crate::id::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
@@ -123,8 +124,8 @@ impl OrderPlacer {
     /// is to probe it with Redis goes on). The crowd after a sell-out, or outside
     /// the window, costs a cache lookup. What it judged is handed to
     /// [`OrderPlacer::place`], which does not look again.
-    pub fn judge_early(&self, voucher_id: i64) -> Result<Judged, Refusal> {
-        let (entry, now) = self.judge(voucher_id)?;
+    pub fn judge_early(&self, voucher_id: VoucherId) -> Result<Judged, Refusal> {
+        let (entry, now) = self.judge(voucher_id.get())?;
         if entry.known_sold_out() {
             return Err(Refusal::SoldOut);
         }
@@ -133,8 +134,9 @@ impl OrderPlacer {
 
     /// Places the order judged by [`OrderPlacer::judge_early`] for `user_id`;
     /// returns the new order's id.
-    pub async fn place(&self, judged: Judged, user_id: i64) -> Result<i64, Refusal> {
+    pub async fn place(&self, judged: Judged, user: UserId) -> Result<OrderId, Refusal> {
         let Judged { entry, now } = judged;
+        let user_id = user.get();
         let voucher_id = entry.voucher.id;
         let flash = entry.voucher.flash.as_ref().ok_or(Refusal::NotAFlashSale)?;
         let (known_sold_out, seen) = entry.read_sold_out_flag();
@@ -188,7 +190,7 @@ impl OrderPlacer {
                 }
             }
         };
-        self.answer(&entry, seen, order_id, outcome)
+        self.answer(&entry, seen, order_id, outcome).map(OrderId::new)
     }
 
     /// Brings units to dry shard `shard` of the sale: runs a refill, counted in
@@ -231,7 +233,7 @@ impl OrderPlacer {
                 entry.mark_sold_out(seen);
                 Err(Refusal::SoldOut)
             }
-            Reservation::AlreadyOrdered { order_id } => Err(Refusal::AlreadyOrdered(order_id)),
+            Reservation::AlreadyOrdered { order_id } => Err(Refusal::AlreadyOrdered(order_id.map(OrderId::new))),
             Reservation::NotReplicated { acked } => {
                 tracing::warn!(
                     voucher_id,

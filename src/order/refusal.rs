@@ -1,5 +1,6 @@
 //! Why an order was not placed: the [`Refusal`] a shopper is answered with, and
 //! which Redis failures pass (503, retry) rather than fail (500).
+use crate::id::OrderId;
 use chrono::{DateTime, Utc};
 
 /// Why an order was not placed. Every refusal but `Failed` is an answer to the
@@ -20,7 +21,7 @@ pub enum Refusal {
     SoldOut,
     /// With the existing order's id when the script named it.
     #[error("you already have an order for this voucher")]
-    AlreadyOrdered(Option<i64>),
+    AlreadyOrdered(Option<OrderId>),
     /// Try again after `retry_after_secs`.
     #[error("{message}")]
     Unavailable {

@@ -9,6 +9,7 @@
 //! was acknowledged is never "not found".
 use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
+use crate::id::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::recovery::Repairing;
 use crate::redis_conn::{Conn, Redis};
@@ -27,9 +28,9 @@ use std::sync::Arc;
 /// then the lowest stored id): what pay and cancel act on too.
 pub async fn by_id(
     db: impl PgExecutor<'_>,
-    order_id: i64,
-    owner: Option<i64>,
-    voucher: Option<i64>,
+    order_id: OrderId,
+    owner: Option<UserId>,
+    voucher: Option<VoucherId>,
 ) -> Result<Option<Order>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {ORDER_COLUMNS} FROM voucher_orders
@@ -62,11 +63,11 @@ impl Lookup {
     ///
     /// Postgres is read again when Redis has no mark naming the order: it may have
     /// been stored, and its mark removed by a cancellation, between the two reads.
-    pub async fn find(&self, order_id: i64, owner: Option<i64>) -> Result<Option<Order>> {
+    pub async fn find(&self, order_id: OrderId, owner: Option<UserId>) -> Result<Option<Order>> {
         if let Some(o) = by_id(&self.pg, order_id, owner, None).await? {
             return Ok(Some(o));
         }
-        if let Some(o) = self.pending_by_id(order_id, owner).await? {
+        if let Some(o) = self.pending_by_id(order_id.get(), owner.map(UserId::get)).await? {
             return Ok(Some(o));
         }
         Ok(by_id(&self.pg, order_id, owner, None).await?)
@@ -209,7 +210,8 @@ impl Lookup {
 
     /// The shopper's order for a voucher: the live one (from Postgres, or pending in
     /// Redis), else the latest in Postgres (e.g. cancelled).
-    pub async fn mine(&self, voucher_id: i64, user_id: i64) -> Result<Option<Order>> {
+    pub async fn mine(&self, voucher: VoucherId, user: UserId) -> Result<Option<Order>> {
+        let (voucher_id, user_id) = (voucher.get(), user.get());
         let k = &self.keys;
         // Only a flash sale has state in Redis (loaded when it is created): for any
         // other voucher, or none, Postgres is the whole answer, and a missing stock
@@ -230,7 +232,7 @@ impl Lookup {
             .await
             .context("reading the shopper's order mark")?;
         if let Some((order_id, ms)) = live.as_deref().and_then(parse_mark) {
-            if let Some(o) = by_id(&self.pg, order_id, Some(user_id), Some(voucher_id)).await? {
+            if let Some(o) = by_id(&self.pg, OrderId::new(order_id), Some(user), Some(voucher)).await? {
                 return Ok(Some(o));
             }
             return Ok(Some(Order::pending(order_id, voucher_id, user_id, ms)));

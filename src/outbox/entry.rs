@@ -1,6 +1,7 @@
 //! The outbox entry: what `lua/reserve.lua` appends to a shard's outbox stream
 //! for one call that accepted orders, and how the relay, the repair and the
 //! tests read it back.
+use crate::id::{OrderId, UserId, VoucherId};
 use crate::order::model::OrderMsg;
 use anyhow::{Context, Result};
 use redis::streams::StreamId;
@@ -40,9 +41,9 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
     let Some(packed) = entry.get::<String>("b") else {
         return Some(Entry {
             orders: vec![OrderMsg {
-                id: entry.get("o")?,
-                user_id: entry.get("u")?,
-                voucher_id,
+                id: OrderId::new(entry.get("o")?),
+                user_id: UserId::new(entry.get("u")?),
+                voucher_id: VoucherId::new(voucher_id),
                 created_ms: entry.get("t")?,
                 epoch,
             }],
@@ -57,9 +58,9 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
         .chunks_exact(3)
         .map(|o| {
             Some(OrderMsg {
-                id: o[0].parse().ok()?,
-                user_id: o[1].parse().ok()?,
-                voucher_id,
+                id: OrderId::new(o[0].parse().ok()?),
+                user_id: UserId::new(o[1].parse().ok()?),
+                voucher_id: VoucherId::new(voucher_id),
                 created_ms: o[2].parse().ok()?,
                 epoch,
             })
@@ -136,7 +137,7 @@ mod tests {
         let got: Vec<_> = e
             .orders
             .iter()
-            .map(|o| (o.id, o.user_id, o.voucher_id, o.created_ms, o.epoch))
+            .map(|o| (o.id.get(), o.user_id.get(), o.voucher_id.get(), o.created_ms, o.epoch))
             .collect();
         assert_eq!(got, vec![(11, 1, 7, 100, 3), (12, 2, 7, 101, 3)]);
         assert_eq!(e.seq, Some(seq));
@@ -146,7 +147,7 @@ mod tests {
     fn an_entry_of_one_order_in_the_older_format_is_read() {
         let e = parse(&entry(&[("o", "11"), ("u", "1"), ("v", "7"), ("t", "100")])).unwrap();
         assert_eq!(
-            (e.orders.len(), e.orders[0].id, e.orders[0].user_id, e.seq),
+            (e.orders.len(), e.orders[0].id.get(), e.orders[0].user_id.get(), e.seq),
             (1, 11, 1, None)
         );
     }
@@ -173,9 +174,9 @@ mod tests {
     #[test]
     fn a_stamped_entry_is_read_up_to_the_format_a_process_reads() {
         let e = entry(&[("v", "7"), ("b", "11,1,100"), ("s", "5"), ("f", "2")]);
-        assert_eq!(super::parse(&e, 2).unwrap().orders[0].id, 11);
+        assert_eq!(super::parse(&e, 2).unwrap().orders[0].id.get(), 11);
         assert!(super::parse(&e, 1).is_none());
         let unstamped = entry(&[("v", "7"), ("b", "11,1,100"), ("s", "5")]);
-        assert_eq!(super::parse(&unstamped, 1).unwrap().orders[0].id, 11);
+        assert_eq!(super::parse(&unstamped, 1).unwrap().orders[0].id.get(), 11);
     }
 }

@@ -98,8 +98,8 @@ impl Recovery {
             .await?
             {
                 let known = Known {
-                    id: o.id,
-                    user_id: o.user_id,
+                    id: o.id.get(),
+                    user_id: o.user_id.get(),
                     created_ms: o.created_ms,
                 };
                 found.push((known, true));

@@ -25,9 +25,9 @@ impl Worker {
                 tracing::error!(error = %e, orders = orders.len(), stored = n, "INCIDENT: an order message was refused; its orders are stored as failed");
                 for o in orders {
                     tracing::error!(
-                        order_id = o.id,
-                        user_id = o.user_id,
-                        voucher_id = o.voucher_id,
+                        order_id = o.id.get(),
+                        user_id = o.user_id.get(),
+                        voucher_id = o.voucher_id.get(),
                         "INCIDENT: an order of a refused message is stored as failed"
                     );
                 }

@@ -4,6 +4,7 @@
 //! scheduled again). When the message expires, RabbitMQ routes it to the timeout
 //! queue and [`run`] cancels every order of it that is still `created`.
 use crate::broker::{answered, publish_confirmed, Broker};
+use crate::id::OrderId;
 use crate::order::lifecycle::{Canceller, Lifecycle};
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -71,7 +72,7 @@ async fn consume(broker: &Broker, lifecycle: &Lifecycle, stop: &CancellationToke
             // the connection is dropped and the message delivered again later.
             // Every unpaid order its shoppers know by this id: should two share it
             // (ids issued twice), both were admitted in the same second.
-            while lifecycle.cancel(id, Canceller::Timeout).await?.is_some() {
+            while lifecycle.cancel(OrderId::new(id), Canceller::Timeout).await?.is_some() {
                 cancelled += 1;
             }
         }

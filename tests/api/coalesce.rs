@@ -77,8 +77,11 @@ fn entries(v: i64, outbox: &redis::streams::StreamRangeReply) -> Vec<Vec<(i64, i
             let orders = seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST)
                 .expect("an entry reserve.lua wrote")
                 .orders;
-            assert!(orders.iter().all(|o| o.voucher_id == v));
-            orders.iter().map(|o| (o.id, o.user_id, o.created_ms)).collect()
+            assert!(orders.iter().all(|o| o.voucher_id == seckill::id::VoucherId::new(v)));
+            orders
+                .iter()
+                .map(|o| (o.id.get(), o.user_id.get(), o.created_ms))
+                .collect()
         })
         .collect()
 }

@@ -20,9 +20,9 @@ fn ctx(app: &TestApp) -> Ctx {
 /// An order admitted now, of `user` for `voucher`, under `id`.
 fn order(id: i64, user: i64, voucher: i64) -> OrderMsg {
     OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: voucher,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(user),
+        voucher_id: seckill::id::VoucherId::new(voucher),
         created_ms: chrono::Utc::now().timestamp_millis(),
         epoch: 0,
     }
@@ -39,9 +39,9 @@ async fn the_database_guard_classifies_duplicates_overstock_and_second_orders() 
     let now = chrono::Utc::now().timestamp_millis();
     let epoch = 0i64;
     let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: voucher,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(user),
+        voucher_id: seckill::id::VoucherId::new(voucher),
         created_ms: now + id,
         epoch,
     };
@@ -107,9 +107,9 @@ async fn one_live_order_per_shopper_across_cancellations_and_parallel_batches() 
     let now = chrono::Utc::now().timestamp_millis();
     let epoch = 0i64;
     let msg = |id: i64, user: i64, voucher: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: voucher,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(user),
+        voucher_id: seckill::id::VoucherId::new(voucher),
         created_ms: now + id,
         epoch,
     };
@@ -237,9 +237,9 @@ async fn the_worker_never_hides_an_id_or_number_collision() {
     let epoch = 0i64;
     let now = chrono::Utc::now().timestamp_millis();
     let msg = |id: i64, user: i64| OrderMsg {
-        id,
-        user_id: user,
-        voucher_id: v,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(user),
+        voucher_id: seckill::id::VoucherId::new(v),
         created_ms: now,
         epoch,
     };
@@ -489,9 +489,9 @@ async fn a_batch_that_partly_conflicts_still_creates_its_new_orders_once() {
     let now = chrono::Utc::now().timestamp_millis();
     let epoch = 0i64;
     let msg = |id: i64| OrderMsg {
-        id,
-        user_id: 500 + id,
-        voucher_id: v,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(500 + id),
+        voucher_id: seckill::id::VoucherId::new(v),
         created_ms: now + id,
         epoch,
     };
@@ -532,9 +532,9 @@ async fn a_copied_batch_stores_every_field_as_given() {
     // Ids and shoppers past 2^32, times a few ms apart with odd milliseconds.
     let orders: Vec<OrderMsg> = (0..250)
         .map(|i| OrderMsg {
-            id: (1 << 40) + i * 7,
-            user_id: (1 << 35) + i * 13,
-            voucher_id: v,
+            id: seckill::id::OrderId::new((1 << 40) + i * 7),
+            user_id: seckill::id::UserId::new((1 << 35) + i * 13),
+            voucher_id: seckill::id::VoucherId::new(v),
             created_ms: base - 86_400_000 + i * 3 + 1,
             epoch,
         })
@@ -557,7 +557,7 @@ async fn a_copied_batch_stores_every_field_as_given() {
     for (o, s) in orders.iter().zip(&stored) {
         assert_eq!(
             (s.0, s.1, s.2, s.3, s.4.as_str()),
-            (o.id, o.user_id, o.voucher_id, o.created_ms, "created")
+            (o.id.get(), o.user_id.get(), o.voucher_id.get(), o.created_ms, "created")
         );
         let n = s.5.clone().expect("a created order has a number");
         assert!(n.len() > 8, "{n} is a business number");
@@ -570,9 +570,9 @@ async fn a_copied_batch_stores_every_field_as_given() {
         .iter()
         .copied()
         .chain((0..25).map(|i| OrderMsg {
-            id: (1 << 41) + i,
-            user_id: (1 << 36) + i,
-            voucher_id: v,
+            id: seckill::id::OrderId::new((1 << 41) + i),
+            user_id: seckill::id::UserId::new((1 << 36) + i),
+            voucher_id: seckill::id::VoucherId::new(v),
             created_ms: base + i,
             epoch,
         }))
@@ -602,16 +602,16 @@ async fn a_batch_and_its_relay_intents_commit_together() {
     let epoch = 0i64;
     let ctx = ctx(&app);
     let msg = |id: i64, voucher: i64| OrderMsg {
-        id,
-        user_id: 900 + id,
-        voucher_id: voucher,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(900 + id),
+        voucher_id: seckill::id::VoucherId::new(voucher),
         created_ms: now + id,
         epoch,
     };
     let intent = |orders: Vec<OrderMsg>| {
         let (pg, namespace) = (app.pg().clone(), ctx.keys.namespace().to_owned());
         async move {
-            let (vouchers, ids): (Vec<i64>, Vec<i64>) = orders.iter().map(|o| (o.voucher_id, o.id)).unzip();
+            let (vouchers, ids): (Vec<i64>, Vec<i64>) = orders.iter().map(|o| (o.voucher_id.get(), o.id.get())).unzip();
             sqlx::query_scalar::<_, i64>(
                 "INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids) VALUES ($1, $2, $3, $4) RETURNING id",
             )
@@ -688,9 +688,9 @@ async fn batches_of_one_sale_persisted_at_once_never_take_more_than_its_stock() 
     let now = chrono::Utc::now().timestamp_millis();
     let epoch = 0i64;
     let msg = |id: i64, voucher: i64| OrderMsg {
-        id,
-        user_id: 1_000 + id,
-        voucher_id: voucher,
+        id: seckill::id::OrderId::new(id),
+        user_id: seckill::id::UserId::new(1_000 + id),
+        voucher_id: seckill::id::VoucherId::new(voucher),
         created_ms: now + id,
         epoch,
     };

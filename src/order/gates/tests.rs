@@ -96,7 +96,7 @@ fn the_calls_entry_and_marks_name_the_same_orders() {
     for (i, a) in asks.iter().enumerate() {
         let o = &read[i];
         assert_eq!(
-            (o.id, o.user_id, o.voucher_id, o.created_ms),
+            (o.id.get(), o.user_id.get(), o.voucher_id.get(), o.created_ms),
             (a.order_id, a.user_id, 7, a.created_ms)
         );
         assert_eq!(args[4 + 2 * i], a.user_id.to_string());

@@ -1,5 +1,6 @@
 //! [`Canceller`]: who cancels an order, and so which order row a cancellation
 //! acts on and what it records.
+use crate::id::{OrderId, UserId};
 use anyhow::{Context, Result};
 use sqlx::PgConnection;
 
@@ -7,7 +8,7 @@ use sqlx::PgConnection;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Canceller {
     /// The owner, through the API.
-    Owner(i64),
+    Owner(UserId),
     /// The payment window ran out (its timeout message names the id the shopper
     /// holds).
     Timeout,
@@ -21,7 +22,7 @@ pub enum Canceller {
 impl Canceller {
     /// The owner cancelling; None for the payment timeout and the sweep (both
     /// recorded as `timeout`).
-    pub(super) fn owner(self) -> Option<i64> {
+    pub(super) fn owner(self) -> Option<UserId> {
         match self {
             Self::Owner(u) => Some(u),
             Self::Timeout | Self::Stale => None,
@@ -30,7 +31,7 @@ impl Canceller {
 
     /// The row (its stored id, its voucher) that a cancellation of `order_id` by
     /// this canceller acts on, read in `tx` (see `Lifecycle::cancel_in_pg`).
-    pub(super) async fn order_row(self, tx: &mut PgConnection, order_id: i64) -> Result<Option<(i64, i64)>> {
+    pub(super) async fn order_row(self, tx: &mut PgConnection, order_id: OrderId) -> Result<Option<(i64, i64)>> {
         match self {
             Self::Owner(u) => {
                 sqlx::query_as(

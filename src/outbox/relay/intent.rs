@@ -51,9 +51,9 @@ pub async fn record(
     orders: &[OrderMsg],
     floors: &[(String, i64)],
 ) -> Result<Option<i64>> {
-    let vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
-    let ids: Vec<i64> = orders.iter().map(|o| o.id).collect();
-    let users: Vec<i64> = orders.iter().map(|o| o.user_id).collect();
+    let vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id.get()).collect();
+    let ids: Vec<i64> = orders.iter().map(|o| o.id.get()).collect();
+    let users: Vec<i64> = orders.iter().map(|o| o.user_id.get()).collect();
     let times: Vec<i64> = orders.iter().map(|o| o.created_ms).collect();
     let gens: Vec<i64> = orders.iter().map(|o| o.epoch).collect();
     let mut floors: Vec<(&str, i64)> = floors.iter().map(|(t, s)| (t.as_str(), *s)).collect();

@@ -23,11 +23,11 @@ impl Relay {
         let mut published = 0;
         let mut todo = orders;
         for attempt in 0..3 {
-            let vouchers: Vec<i64> = todo.iter().map(|(o, _)| o.voucher_id).collect();
+            let vouchers: Vec<i64> = todo.iter().map(|(o, _)| o.voucher_id.get()).collect();
             let gens = self.recovery.generations(&vouchers).await?;
             let (stale, mut fresh): (Vec<_>, Vec<_>) = std::mem::take(&mut todo)
                 .into_iter()
-                .partition(|(o, _)| o.epoch != gens.get(&o.voucher_id).copied().unwrap_or(0));
+                .partition(|(o, _)| o.epoch != gens.get(&o.voucher_id.get()).copied().unwrap_or(0));
             if !stale.is_empty() {
                 fresh.extend(self.settle_stale(conn, stale, &gens).await?);
             }

@@ -21,6 +21,7 @@
 //!   seen by one process and lost before anyone else saw it that no detector can
 //!   bring back (README, Durability).
 use super::{Origin, Relay};
+use crate::id::OrderKey;
 use crate::keys::Keys;
 use crate::order::OrderMsg;
 use crate::recovery::GEN;
@@ -58,50 +59,51 @@ impl Relay {
             .orders
             .lock()
             .expect("held poisoned")
-            .retain(|(o, _)| !settled.contains(&(o.id, o.user_id, o.voucher_id)));
+            .retain(|(o, _)| !settled.contains(&o.key()));
         Ok(publish)
     }
 
     /// Settles orders whose entry is gone: stored already, admitted again by
-    /// `lua/late_admit.lua`, or stored `failed`. Returns those settled, as (id,
-    /// shopper, voucher); the others stay held.
+    /// `lua/late_admit.lua`, or stored `failed`. Returns those settled (by
+    /// [`OrderKey`]); the others stay held.
     async fn settle_gone(
         &self,
         conn: &mut Conn,
         gone: &[(OrderMsg, Origin)],
         gens: &HashMap<i64, i64>,
-    ) -> Result<HashSet<(i64, i64, i64)>> {
+    ) -> Result<HashSet<OrderKey>> {
         let stored = self.stored(gone).await?;
         let mut failed: Vec<(OrderMsg, String)> = Vec::new();
-        let mut settled: HashSet<(i64, i64, i64)> = HashSet::new();
+        let mut settled: HashSet<OrderKey> = HashSet::new();
         for (o, origin) in gone {
-            if stored.contains(&(o.id, o.user_id, o.voucher_id)) {
-                settled.insert((o.id, o.user_id, o.voucher_id));
+            if stored.contains(&o.key()) {
+                settled.insert(o.key());
                 continue;
             }
-            if self.recovery.is_closed(o.voucher_id) {
+            if self.recovery.is_closed(o.voucher_id.get()) {
                 continue;
             }
-            let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
+            let gen = gens.get(&o.voucher_id.get()).copied().unwrap_or(0);
             let floor = self.recovery.floors.get(&origin.tag).max(gen * GEN);
             let format = self.recovery.formats.writes();
             let (code, seq) = late_admit(conn, &self.keys, &origin.tag, o, floor, format).await?;
             match code {
                 1 | 2 => {
                     self.recovery.floors.raise(&origin.tag, seq);
-                    settled.insert((o.id, o.user_id, o.voucher_id));
+                    settled.insert(o.key());
                 }
                 0 => failed.push((*o, origin.tag.clone())),
-                -4 => self
-                    .recovery
-                    .lost(o.voucher_id, "a shard went back in time (a late order found it behind)"),
+                -4 => self.recovery.lost(
+                    o.voucher_id.get(),
+                    "a shard went back in time (a late order found it behind)",
+                ),
                 // Not loaded: lost, or closed by the repair and not reopened yet.
                 _ => {}
             }
         }
         if !failed.is_empty() {
             self.store_late_conflicts(conn, &failed).await?;
-            settled.extend(failed.iter().map(|(o, _)| (o.id, o.user_id, o.voucher_id)));
+            settled.extend(failed.iter().map(|(o, _)| o.key()));
         }
         Ok(settled)
     }
@@ -135,9 +137,9 @@ impl Relay {
                 .with_label_values(&["late_conflict"])
                 .inc();
             tracing::error!(
-                order_id = o.id,
-                user_id = o.user_id,
-                voucher_id = o.voucher_id,
+                order_id = o.id.get(),
+                user_id = o.user_id.get(),
+                voucher_id = o.voucher_id.get(),
                 "INCIDENT: an order read before Redis went back in time was sold again before it was \
                  published; stored as failed"
             );
@@ -146,8 +148,8 @@ impl Relay {
     }
 
     /// Which of `orders` Postgres holds, as (id its shopper holds, shopper, voucher).
-    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<(i64, i64, i64)>> {
-        let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id).collect();
+    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<OrderKey>> {
+        let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id.get()).collect();
         let rows: Vec<(i64, Option<i64>, i64, i64)> = sqlx::query_as(
             "SELECT id, issued_id, user_id, voucher_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
         )
@@ -157,7 +159,12 @@ impl Relay {
         .context("looking for late orders in Postgres")?;
         Ok(rows
             .into_iter()
-            .flat_map(|(id, issued, user, voucher)| [Some((id, user, voucher)), issued.map(|i| (i, user, voucher))])
+            .flat_map(|(id, issued, user, voucher)| {
+                [
+                    Some(OrderKey::of(id, user, voucher)),
+                    issued.map(|i| OrderKey::of(i, user, voucher)),
+                ]
+            })
             .flatten()
             .collect())
     }
@@ -199,9 +206,9 @@ async fn late_admit(
         .key(keys.of_tag(tag, "returned"))
         .key(keys.of_tag(tag, "outbox"))
         .key(keys.of_tag(tag, "seq"))
-        .arg(o.voucher_id)
-        .arg(o.user_id)
-        .arg(o.id)
+        .arg(o.voucher_id.get())
+        .arg(o.user_id.get())
+        .arg(o.id.get())
         .arg(o.created_ms)
         .arg(floor)
         .arg(format)
@@ -223,7 +230,7 @@ async fn still_in_outbox(
     // Whether each entry is still in its outbox (an entry carries many orders).
     let mut present: HashMap<(String, String), bool> = HashMap::new();
     for (mut o, origin) in stale {
-        let gen = gens.get(&o.voucher_id).copied().unwrap_or(0);
+        let gen = gens.get(&o.voucher_id.get()).copied().unwrap_or(0);
         if let Some(entry) = &origin.entry {
             let there = match present.get(entry) {
                 Some(t) => *t,

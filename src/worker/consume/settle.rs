@@ -50,7 +50,7 @@ impl Worker {
                     self.count(outcome);
                     // Scheduled before the ack: a crash in between redelivers the
                     // batch, which schedules them again (the timeout is idempotent).
-                    let ids = orders.iter().map(|o| o.id).collect();
+                    let ids = orders.iter().map(|o| o.id.get()).collect();
                     timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                     for (d, _) in chunk {
                         let ack = d.ack(BasicAckOptions::default());
@@ -100,7 +100,7 @@ impl Worker {
         match self.persist_retrying(orders, &intents, stop).await {
             Persisted::Done(outcome) => {
                 self.count(outcome);
-                let ids = orders.iter().map(|o| o.id).collect();
+                let ids = orders.iter().map(|o| o.id.get()).collect();
                 timeout::schedule(timeouts, &self.broker, self.payment_window, ids).await?;
                 let ack = d.ack(BasicAckOptions::default());
                 answered(self.broker.timeout(), "acknowledging a message", ack).await?;

@@ -33,17 +33,6 @@ pub struct Ctx {
 /// One order and why the database refuses it, if it does.
 pub(super) type Row = (OrderMsg, Option<&'static str>);
 
-/// What tells one order from another: the id its shopper was given, the shopper
-/// and the voucher. Ids are unique by design; two orders that share one anyway
-/// (ids issued twice) are still two orders, and neither may be taken for a
-/// repeat of the other.
-pub(super) type OrderKey = (i64, i64, i64);
-
-/// `o`'s [`OrderKey`].
-pub(super) fn key(o: &OrderMsg) -> OrderKey {
-    (o.id, o.user_id, o.voucher_id)
-}
-
 /// `count` business numbers of the `order` rule (none for 0).
 pub(super) async fn order_numbers(sequences: &Sequences, count: usize) -> Result<Vec<String>, PersistError> {
     if count == 0 {

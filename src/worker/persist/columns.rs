@@ -1,6 +1,6 @@
 //! Column arrays for one `INSERT ... SELECT FROM UNNEST(...)` of orders, or one
 //! binary `COPY` of them.
-use super::batch::OrderKey;
+use crate::id::OrderKey;
 use crate::order::OrderMsg;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
@@ -47,18 +47,18 @@ pub struct Columns {
 
 impl Columns {
     pub fn push(&mut self, o: &OrderMsg, failure: Option<String>, order_no: Option<String>) {
-        self.push_as(o, o.id, failure, order_no);
+        self.push_as(o, o.id.get(), failure, order_no);
         self.issued.pop();
         self.issued.push(None);
     }
 
     /// The order under the id `id` (a fresh one when its own was taken).
     pub fn push_as(&mut self, o: &OrderMsg, id: i64, failure: Option<String>, order_no: Option<String>) {
-        self.original.push(o.id);
-        self.issued.push(Some(o.id));
+        self.original.push(o.id.get());
+        self.issued.push(Some(o.id.get()));
         self.id.push(id);
-        self.user.push(o.user_id);
-        self.voucher.push(o.voucher_id);
+        self.user.push(o.user_id.get());
+        self.voucher.push(o.voucher_id.get());
         self.created_at
             .push(DateTime::from_timestamp_millis(o.created_ms).unwrap_or_else(Utc::now));
         self.status
@@ -119,7 +119,7 @@ impl Columns {
         (0..self.original.len())
             .filter_map(|i| {
                 let n = self.order_no[i].clone()?;
-                Some(((self.original[i], self.user[i], self.voucher[i]), n))
+                Some((OrderKey::of(self.original[i], self.user[i], self.voucher[i]), n))
             })
             .collect()
     }
@@ -181,6 +181,9 @@ impl Columns {
     ) -> Result<HashMap<OrderKey, String>, sqlx::Error> {
         let sql = format!("{INSERT} {on_conflict} RETURNING coalesce(issued_id, id), user_id, voucher_id, status");
         let rows: Vec<(i64, i64, i64, String)> = bind_columns!(sqlx::query_as(&sql), self).fetch_all(&mut *tx).await?;
-        Ok(rows.into_iter().map(|(id, u, v, s)| ((id, u, v), s)).collect())
+        Ok(rows
+            .into_iter()
+            .map(|(id, u, v, s)| (OrderKey::of(id, u, v), s))
+            .collect())
     }
 }

@@ -3,9 +3,10 @@
 //! the one its shopper holds); a business number already taken (numbered again); or
 //! the shopper already has a live order (the unique index refused it: an incident,
 //! stored failed).
-use super::batch::{key, order_numbers, OrderKey, Row};
+use super::batch::{order_numbers, Row};
 use super::columns::Columns;
 use super::error::PersistError;
+use crate::id::{OrderId, OrderKey};
 use crate::order::OrderMsg;
 use crate::sequence::Sequences;
 use sqlx::PgConnection;
@@ -48,7 +49,7 @@ impl Settled {
         if self.as_given {
             Some(if failure.is_some() { "failed" } else { "created" })
         } else {
-            self.inserted.get(&key(o)).map(String::as_str)
+            self.inserted.get(&o.key()).map(String::as_str)
         }
     }
 }
@@ -65,20 +66,24 @@ pub async fn settle(
     let mut s = Settled {
         as_given: false,
         inserted,
-        duplicates: 0,
-        collided: Vec::new(),
-        renumbered: 0,
-        refused: Vec::new(),
+        ..Settled::as_given()
     };
     for _ in 0..4 {
-        let skipped: Vec<&Row> = rows.iter().filter(|(o, _)| !s.inserted.contains_key(&key(o))).collect();
+        let skipped: Vec<&Row> = rows
+            .iter()
+            .filter(|(o, _)| !s.inserted.contains_key(&o.key()))
+            .collect();
         if skipped.is_empty() {
             break;
         }
-        let holders = holders(tx, &skipped).await?;
+        let ids: Vec<i64> = skipped.iter().map(|(o, _)| o.id.get()).collect();
+        // Every stored order under those ids: its holder, and an order reissued
+        // from it; and the ids so held, by whichever order.
+        let stored = existing(tx, &ids).await?;
+        let held: HashSet<OrderId> = stored.iter().map(|k| k.id).collect();
         let nos: Vec<String> = skipped
             .iter()
-            .filter_map(|(o, _)| numbered.get(&key(o)).cloned())
+            .filter_map(|(o, _)| numbered.get(&o.key()).cloned())
             .collect();
         let taken_nos: HashSet<String> =
             sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE order_no = ANY($1)")
@@ -90,43 +95,33 @@ pub async fn settle(
         let mut retry = Columns::default();
         let mut renumber = Vec::new();
         for (o, failure) in skipped {
-            match holders.get(&o.id) {
-                Some(h) if h.contains(&(o.user_id, o.voucher_id)) => {
+            match held.contains(&o.id).then(|| stored.contains(&o.key())) {
+                Some(true) => {
                     s.duplicates += 1;
-                    s.inserted.insert(key(o), "duplicate".into());
+                    s.inserted.insert(o.key(), "duplicate".into());
                 }
-                Some(_) => {
+                Some(false) => {
                     let fresh: i64 = sqlx::query_scalar("SELECT (1::bigint << 62) + nextval('order_reissued_ids')")
                         .fetch_one(&mut *tx)
                         .await?;
-                    if s.collided.iter().any(|c| key(c) == key(o)) {
+                    if s.collided.iter().any(|c| c.key() == o.key()) {
                         // Refused again under its fresh id: the shopper has another
                         // live order.
                         retry.push_as(o, fresh, Some(SECOND_ORDER.into()), None);
                         s.refused.push(*o);
                     } else {
                         s.collided.push(*o);
-                        retry.push_as(o, fresh, failure.map(str::to_owned), numbered.get(&key(o)).cloned());
+                        retry.push_as(o, fresh, failure.map(str::to_owned), numbered.get(&o.key()).cloned());
                     }
                 }
-                None if numbered.get(&key(o)).is_some_and(|n| taken_nos.contains(n)) => renumber.push(*o),
+                None if numbered.get(&o.key()).is_some_and(|n| taken_nos.contains(n)) => renumber.push(*o),
                 None => {
                     retry.push(o, Some(SECOND_ORDER.into()), None);
                     s.refused.push(*o);
                 }
             }
         }
-        if !renumber.is_empty() {
-            tracing::error!(
-                orders = renumber.len(),
-                "INCIDENT: business numbers already taken (issued twice); numbering the orders again"
-            );
-            s.renumbered += renumber.len();
-            for (o, n) in renumber.iter().zip(order_numbers(sequences, renumber.len()).await?) {
-                numbered.insert(key(o), n.clone());
-                retry.push(o, None, Some(n));
-            }
-        }
+        s.renumbered += renumber_into(sequences, &renumber, &mut numbered, &mut retry).await?;
         if !retry.id.is_empty() {
             s.inserted.extend(retry.insert(&mut *tx).await?);
         }
@@ -135,20 +130,37 @@ pub async fn settle(
     Ok(s)
 }
 
-/// Admitted id -> (shopper, voucher) of every stored order under that id: its
-/// holder, and an order reissued from it.
-async fn holders(tx: &mut PgConnection, skipped: &[&Row]) -> Result<HashMap<i64, Vec<(i64, i64)>>, sqlx::Error> {
-    let ids: Vec<i64> = skipped.iter().map(|(o, _)| o.id).collect();
-    let mut holders: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
-    for (orig, u, v) in sqlx::query_as::<_, (i64, i64, i64)>(
+/// Gives `renumber` (orders whose business numbers were taken: issued twice)
+/// fresh numbers, into `numbered` and `retry`; returns how many.
+async fn renumber_into(
+    sequences: &Sequences,
+    renumber: &[OrderMsg],
+    numbered: &mut HashMap<OrderKey, String>,
+    retry: &mut Columns,
+) -> Result<usize, PersistError> {
+    if renumber.is_empty() {
+        return Ok(0);
+    }
+    tracing::error!(
+        orders = renumber.len(),
+        "INCIDENT: business numbers already taken (issued twice); numbering the orders again"
+    );
+    for (o, n) in renumber.iter().zip(order_numbers(sequences, renumber.len()).await?) {
+        numbered.insert(o.key(), n.clone());
+        retry.push(o, None, Some(n));
+    }
+    Ok(renumber.len())
+}
+
+/// The keys of the stored orders admitted under `ids` (those stored under their
+/// own id, and those reissued from it).
+pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashSet<OrderKey>, sqlx::Error> {
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
         "SELECT coalesce(issued_id, id), user_id, voucher_id FROM voucher_orders
           WHERE id = ANY($1) OR issued_id = ANY($1)",
     )
-    .bind(&ids)
+    .bind(ids)
     .fetch_all(&mut *tx)
-    .await?
-    {
-        holders.entry(orig).or_default().push((u, v));
-    }
-    Ok(holders)
+    .await?;
+    Ok(rows.into_iter().map(|(id, u, v)| OrderKey::of(id, u, v)).collect())
 }

@@ -59,7 +59,7 @@ pub async fn persist_relayed(ctx: &Ctx, batch: &[OrderMsg], intents: &[i64]) -> 
     // Repeats (a message delivered twice, merged into one batch) go once; two
     // orders that share only an id are both kept (see `skipped`).
     let mut seen = HashSet::with_capacity(orders.len());
-    orders.retain(|o| seen.insert(batch::key(o)));
+    orders.retain(|o| seen.insert(o.key()));
     let outcome = Outcome {
         duplicates: batch.len() - orders.len(),
         ..Default::default()

@@ -1,13 +1,13 @@
 //! The steps a batch's transaction is made of, shared by both ways of persisting
 //! it ([`super::locked`] and [`super::unlocked`]): the vouchers' stock (read, or
 //! locked), storing the rows, and taking the units.
-use super::batch::{key, order_numbers, Ctx, OrderKey, Outcome, Row};
+use super::batch::{order_numbers, Ctx, Outcome, Row};
 use super::columns::Columns;
-use super::conflicts::{self, Settled};
+use super::conflicts::{self, existing, Settled};
 use super::error::PersistError;
 use crate::order::OrderMsg;
 use sqlx::PgConnection;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// The stock Postgres has for each of the batch's vouchers, as last committed,
 /// without locking anything.
@@ -45,27 +45,13 @@ pub(super) async fn store(
     let mut units: HashMap<i64, i32> = HashMap::new();
     for row in rows {
         match settled.status_of(row) {
-            Some("created") => *units.entry(row.0.voucher_id).or_default() += 1,
+            Some("created") => *units.entry(row.0.voucher_id.get()).or_default() += 1,
             Some("failed") => outcome.failed += 1,
             _ => {}
         }
     }
     outcome.created = units.values().map(|n| *n as usize).sum();
     Ok((settled, units))
-}
-
-/// The keys of the stored orders admitted under `ids` (those stored under their
-/// own id, and those reissued from it).
-pub(super) async fn existing(tx: &mut PgConnection, ids: &[i64]) -> Result<HashSet<OrderKey>, sqlx::Error> {
-    Ok(sqlx::query_as(
-        "SELECT coalesce(issued_id, id), user_id, voucher_id FROM voucher_orders
-          WHERE id = ANY($1) OR issued_id = ANY($1)",
-    )
-    .bind(ids)
-    .fetch_all(&mut *tx)
-    .await?
-    .into_iter()
-    .collect())
 }
 
 /// Locks the batch's vouchers (in id order, so that two workers never wait on each
@@ -76,7 +62,7 @@ pub(super) async fn lock_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Re
 
 /// The batch's vouchers, each once, in id order.
 fn vouchers_of(orders: &[OrderMsg]) -> Vec<i64> {
-    let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id).collect();
+    let mut vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id.get()).collect();
     vouchers.sort_unstable();
     vouchers.dedup();
     vouchers
@@ -91,23 +77,23 @@ pub(super) async fn drop_stored_beyond_stock(
 ) -> Result<usize, sqlx::Error> {
     let mut wanted: HashMap<i64, i64> = HashMap::new();
     for o in orders.iter() {
-        *wanted.entry(o.voucher_id).or_default() += 1;
+        *wanted.entry(o.voucher_id.get()).or_default() += 1;
     }
     let beyond_stock: Vec<i64> = orders
         .iter()
         .filter(|o| {
             stock
-                .get(&o.voucher_id)
-                .is_some_and(|s| wanted[&o.voucher_id] > *s as i64)
+                .get(&o.voucher_id.get())
+                .is_some_and(|s| wanted[&o.voucher_id.get()] > *s as i64)
         })
-        .map(|o| o.id)
+        .map(|o| o.id.get())
         .collect();
     if beyond_stock.is_empty() {
         return Ok(0);
     }
     let stored = existing(tx, &beyond_stock).await?;
     let before = orders.len();
-    orders.retain(|o| !stored.contains(&key(o)));
+    orders.retain(|o| !stored.contains(&o.key()));
     Ok(before - orders.len())
 }
 
@@ -118,7 +104,7 @@ pub(super) fn within_stock(orders: Vec<OrderMsg>, stock: &HashMap<i64, i32>) -> 
     orders
         .into_iter()
         .map(|o| {
-            let failure = match stock_left.get_mut(&o.voucher_id) {
+            let failure = match stock_left.get_mut(&o.voucher_id.get()) {
                 None => Some("not a flash-sale voucher in Postgres"),
                 Some(0) => Some("no stock left in Postgres"),
                 Some(n) => {
@@ -152,26 +138,26 @@ pub(super) async fn forget_intents(tx: &mut PgConnection, intents: &[i64]) -> Re
 pub(super) fn log_incidents(rows: &[Row], settled: &Settled) {
     for (o, f) in rows.iter().filter(|r| r.1.is_some() && settled.status_of(r).is_some()) {
         tracing::error!(
-            order_id = o.id,
-            user_id = o.user_id,
-            voucher_id = o.voucher_id,
+            order_id = o.id.get(),
+            user_id = o.user_id.get(),
+            voucher_id = o.voucher_id.get(),
             reason = f.unwrap_or_default(),
             "INCIDENT: Postgres refused an order Redis accepted; stored as failed"
         );
     }
     for o in &settled.refused {
         tracing::error!(
-            order_id = o.id,
-            user_id = o.user_id,
-            voucher_id = o.voucher_id,
+            order_id = o.id.get(),
+            user_id = o.user_id.get(),
+            voucher_id = o.voucher_id.get(),
             "INCIDENT: the shopper already had a live order; stored as failed"
         );
     }
     for o in &settled.collided {
         tracing::error!(
-            order_id = o.id,
-            user_id = o.user_id,
-            voucher_id = o.voucher_id,
+            order_id = o.id.get(),
+            user_id = o.user_id.get(),
+            voucher_id = o.voucher_id.get(),
             "INCIDENT: another order already had this id (ids issued twice); stored under a fresh id"
         );
     }

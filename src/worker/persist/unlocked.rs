@@ -32,7 +32,7 @@ pub(super) async fn persist_unlocked(
     let stock = read_stock(&mut tx, orders).await?;
     let mut wanted: HashMap<i64, i32> = HashMap::new();
     for o in orders {
-        *wanted.entry(o.voucher_id).or_default() += 1;
+        *wanted.entry(o.voucher_id.get()).or_default() += 1;
     }
     let short = wanted.iter().any(|(v, n)| stock.get(v).is_none_or(|s| s < n));
     if short {
@@ -44,7 +44,7 @@ pub(super) async fn persist_unlocked(
     if !units.is_empty() {
         let batch: Vec<OrderMsg> = orders
             .iter()
-            .filter(|o| units.contains_key(&o.voucher_id))
+            .filter(|o| units.contains_key(&o.voucher_id.get()))
             .copied()
             .collect();
         let locked = lock_stock(&mut tx, &batch).await?;

@@ -187,7 +187,7 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
                 .iter()
                 .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
                 .flat_map(|e| e.orders)
-                .map(|o| o.id),
+                .map(|o| o.id.get()),
         );
         // Refused, never sold from nothing: 503 while the sale is rebuilt, or sold
         // out from this instance's flag if the crowd had already sold it out.

@@ -168,7 +168,10 @@ async fn duplicated_timeouts_and_a_crash_after_commit_return_the_stock_exactly_o
     // A crash right after the Postgres commit: only the Postgres half ran.
     let lifecycle = &app.app().state().ordering.lifecycle;
     let (_, ret) = lifecycle
-        .cancel_in_pg(second.parse().unwrap(), Canceller::Owner(2))
+        .cancel_in_pg(
+            seckill::id::OrderId::new(second.parse().unwrap()),
+            Canceller::Owner(seckill::id::UserId::new(2)),
+        )
         .await
         .unwrap()
         .unwrap();

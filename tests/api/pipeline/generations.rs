@@ -24,9 +24,9 @@ async fn an_intent_is_refused_once_a_repair_took_the_next_generation() {
         .await
         .unwrap();
     let order = |epoch: i64| OrderMsg {
-        id: 100 + epoch,
-        user_id: 7,
-        voucher_id: v,
+        id: seckill::id::OrderId::new(100 + epoch),
+        user_id: seckill::id::UserId::new(7),
+        voucher_id: seckill::id::VoucherId::new(v),
         created_ms: 1,
         epoch,
     };
@@ -278,7 +278,7 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
     }
     read.sort_by_key(|(o, _)| o.user_id);
     assert_eq!(read.len(), 4);
-    let lost: HashMap<i64, i64> = read.iter().map(|(o, _)| (o.user_id, o.id)).collect();
+    let lost: HashMap<i64, i64> = read.iter().map(|(o, _)| (o.user_id.get(), o.id.get())).collect();
     // Redis back to before the four orders: their entries, marks and units gone.
     for key in [outbox.clone(), keys.buyers(v), keys.admitted(v), keys.stock(v)] {
         let _: () = redis::cmd("DEL").arg(key).query_async(&mut conn).await.unwrap();

@@ -89,9 +89,9 @@ async fn the_same_message_delivered_twice_writes_each_order_once() {
     let batch = OrderBatch {
         orders: (1..=5)
             .map(|i| OrderMsg {
-                id: 1_000_000 + i,
-                user_id: 500 + i,
-                voucher_id: v,
+                id: seckill::id::OrderId::new(1_000_000 + i),
+                user_id: seckill::id::UserId::new(500 + i),
+                voucher_id: seckill::id::VoucherId::new(v),
                 created_ms: now,
                 epoch: 1,
             })
@@ -155,9 +155,9 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
     let batch = OrderBatch {
         orders: (1..=3)
             .map(|i| OrderMsg {
-                id: 2_000_000 + i,
-                user_id: 700 + i,
-                voucher_id: v,
+                id: seckill::id::OrderId::new(2_000_000 + i),
+                user_id: seckill::id::UserId::new(700 + i),
+                voucher_id: seckill::id::VoucherId::new(v),
                 created_ms: now,
                 epoch,
             })

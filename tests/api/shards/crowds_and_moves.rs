@@ -201,7 +201,7 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
                             .iter()
                             .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
                             .flat_map(|e| e.orders)
-                            .map(|o| o.id),
+                            .map(|o| o.id.get()),
                     );
                 }
                 None => {
