@@ -100,7 +100,7 @@ pub fn run(cli: Cli) -> Result<()> {
     } = cli.command
     {
         let settings = Settings::from_env()?;
-        if settings.jwt_secret_is_dev {
+        if settings.auth.jwt_secret_is_dev {
             eprintln!("warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret");
         }
         anyhow::ensure!(user > 0, "--user must be a positive id");
@@ -109,7 +109,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Some(RoleArg::Admin) => Role::Admin,
             Some(RoleArg::Service) => Role::Service,
         };
-        let keys = JwtKeys::from_settings(&settings);
+        let keys = JwtKeys::from_settings(&settings.auth);
         // Never mint what the server refuses.
         anyhow::ensure!(
             ttl_secs <= keys.max_ttl_secs(),
@@ -136,8 +136,8 @@ pub fn run(cli: Cli) -> Result<()> {
     crate::telemetry::init();
     let settings = Settings::from_env()?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if settings.runtime_threads > 0 {
-        runtime.worker_threads(settings.runtime_threads);
+    if settings.pipeline.runtime_threads > 0 {
+        runtime.worker_threads(settings.pipeline.runtime_threads);
     }
     let runtime = runtime.enable_all().build().context("starting the async runtime")?;
     runtime.block_on(async move {

@@ -34,7 +34,7 @@ impl Signer {
 /// secrets (whoever issues shopper tokens holds `SECKILL_JWT_SECRET` and must not
 /// be able to make admission tokens, tickets, challenges or entry names); else
 /// `SECKILL_JWT_SECRET` itself.
-pub fn root_of(s: &crate::config::Settings) -> String {
+pub fn root_of(s: &crate::config::Auth) -> String {
     let jwt = s.jwt_secret.expose();
     match (&s.admission_secret, &s.admin_jwt_secret) {
         (Some(own), _) => own.expose().to_owned(),

@@ -48,7 +48,7 @@ impl Application {
         if mode.serves_http() {
             settings.check_bind()?;
         }
-        if settings.jwt_secret_is_dev && mode.serves_http() {
+        if settings.auth.jwt_secret_is_dev && mode.serves_http() {
             tracing::warn!("SECKILL_JWT_SECRET is not set: using the DEVELOPMENT secret; anyone can mint tokens. Never run this in production.");
         }
         let stop = CancellationToken::new();
@@ -85,8 +85,8 @@ impl Application {
         let (port, server) = if mode.serves_http() {
             // Readiness is served from memory: have a first answer before listening.
             readiness::refresh(&state, true).await;
-            let listener = TcpListener::bind(&state.settings.http_addr)
-                .with_context(|| format!("binding {}", state.settings.http_addr))?;
+            let listener = TcpListener::bind(&state.settings.http.http_addr)
+                .with_context(|| format!("binding {}", state.settings.http.http_addr))?;
             let port = listener.local_addr()?.port();
             tracing::info!(addr = %listener.local_addr()?, "listening");
             let server = server::http_server(state.clone(), listener)?;

@@ -28,10 +28,10 @@ pub async fn signal() {
 
 pub fn http_server(state: Arc<AppState>, listener: TcpListener) -> Result<actix_web::dev::Server> {
     let jwt: web::Data<JwtKeys> = web::Data::from(state.http.jwt.clone());
-    let limit = state.settings.body_limit;
+    let limit = state.settings.http.body_limit;
     let admission = web::Data::from(state.http.rate_limits.clone());
     let metrics = web::Data::from(state.metrics.clone());
-    let workers = state.settings.http_workers;
+    let workers = state.settings.http.http_workers;
     let state = web::Data::from(state);
     let server = HttpServer::new(move || {
         App::new()

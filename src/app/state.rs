@@ -24,7 +24,7 @@ pub async fn migrate(pg: &PgPool, sequences: &Sequences, settings: &Settings) ->
         .run(pg)
         .await
         .context("applying migrations")?;
-    sequences.ensure_order_rule(settings.time_zone).await
+    sequences.ensure_order_rule(settings.sales.time_zone).await
 }
 
 /// The state, and the sequences the background tasks use (on the background pool).
@@ -41,9 +41,9 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let sequences = Sequences::new(c.pg.clone(), opts.clock.clone()).witnessed(c.witness.clone());
     migrate_or_check(&settings, mode, &c.background_pg, &background_sequences).await?;
     let cache = loaded_cache(&settings, &c.background_pg).await;
-    let rate_limits = Arc::new(crate::http::rate_limits::RateLimits::new(&settings));
+    let rate_limits = Arc::new(crate::http::rate_limits::RateLimits::new(&settings.http));
     let admit = Arc::new(crate::admit::Admission::new(
-        &crate::admit::signing::root_of(&settings),
+        &crate::admit::signing::root_of(&settings.auth),
         c.pg.clone(),
         c.background_pg.clone(),
     ));
@@ -54,10 +54,10 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
         c.redis.clone(),
         c.keys.clone(),
         &instance,
-        settings.lock_lease,
+        settings.guards.lock_lease,
         stop.clone(),
     );
-    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.user_lock_wait);
+    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.guards.user_lock_wait);
     let formats = announced_formats(&settings, mode, &c, &instance).await?;
     let recovery = refreshed_recovery(&c, &cache, formats).await;
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
@@ -108,9 +108,9 @@ async fn migrate_or_check(
     background_pg: &PgPool,
     background_sequences: &Sequences,
 ) -> Result<()> {
-    if settings.migrate_on_start && mode.serves_http() {
+    if settings.services.migrate_on_start && mode.serves_http() {
         migrate(background_pg, background_sequences, settings).await?;
-    } else if let Err(e) = background_sequences.ensure_order_rule(settings.time_zone).await {
+    } else if let Err(e) = background_sequences.ensure_order_rule(settings.sales.time_zone).await {
         tracing::warn!(error = %format!("{e:#}"), "could not check the default order rule");
     }
     Ok(())
@@ -118,7 +118,7 @@ async fn migrate_or_check(
 
 /// The voucher cache, loaded once now if Postgres answers.
 async fn loaded_cache(settings: &Settings, background_pg: &PgPool) -> Arc<VoucherCache> {
-    let cache = Arc::new(VoucherCache::new(settings.missing_voucher_ttl));
+    let cache = Arc::new(VoucherCache::new(settings.guards.missing_voucher_ttl));
     if let Err(e) = cache.reload(background_pg, true).await {
         tracing::warn!(error = %format!("{e:#}"), "voucher cache not loaded yet; retrying in the background");
     }
@@ -130,16 +130,18 @@ async fn jwt_keys(settings: &Settings) -> Arc<crate::http::auth::JwtKeys> {
     // Shopper tokens of an identity provider: its keys fetched before the first
     // request where they can be (a provider that does not answer yet is retried
     // in the background, and its tokens answered 503 meanwhile).
-    let jwks = settings
-        .jwks
-        .as_deref()
-        .map(|source| Arc::new(crate::http::auth::jwks::Jwks::new(source, settings.dependency_timeout)));
+    let jwks = settings.auth.jwks.as_deref().map(|source| {
+        Arc::new(crate::http::auth::jwks::Jwks::new(
+            source,
+            settings.services.dependency_timeout,
+        ))
+    });
     if let Some(jwks) = &jwks {
         if let Err(e) = jwks.fetch().await {
             tracing::warn!(error = %format!("{e:#}"), "SECKILL_JWKS not read yet; retrying in the background");
         }
     }
-    Arc::new(crate::http::auth::JwtKeys::configured(settings, jwks))
+    Arc::new(crate::http::auth::JwtKeys::configured(&settings.auth, jwks))
 }
 
 /// The outbox formats of this process, announced now if Postgres answers in time;
@@ -154,7 +156,7 @@ async fn announced_formats(
         c.background_pg.clone(),
         instance.to_owned(),
         mode.name(),
-        settings.outbox_format,
+        settings.pipeline.outbox_format,
         c.metrics.outbox_format_written.clone(),
     ));
     // Before its relay reads an entry: announce the formats this process reads
@@ -206,7 +208,7 @@ async fn measured_clock_skew(
     background_pg: &PgPool,
     opts: &Options,
 ) -> Arc<crate::clock_skew::ClockSkew> {
-    let clock_skew = Arc::new(crate::clock_skew::ClockSkew::new(settings.max_clock_skew));
+    let clock_skew = Arc::new(crate::clock_skew::ClockSkew::new(settings.guards.max_clock_skew));
     if let Err(e) = clock_skew.check(background_pg, &opts.clock).await {
         tracing::warn!(error = %format!("{e:#}"), "clock offset not measured yet; selling until it is");
     }
@@ -218,7 +220,7 @@ async fn order_ids(settings: &Settings, mode: Mode, c: &Clients, opts: &Options)
     let ids = IdWorker::witnessed(
         c.background_pg.clone(),
         opts.clock.clone(),
-        settings.id_block,
+        settings.pipeline.id_block,
         Some(c.witness.clone()),
     );
     if mode.serves_http() {
@@ -241,9 +243,9 @@ fn order_placer(
 ) -> crate::order::place::OrderPlacer {
     let replication = crate::order::replication::Replication::new(
         &c.redis,
-        settings.redis_wait_replicas,
-        settings.redis_wait_timeout,
-        settings.dependency_timeout,
+        settings.pipeline.redis_wait_replicas,
+        settings.pipeline.redis_wait_timeout,
+        settings.services.dependency_timeout,
     );
     crate::order::place::OrderPlacer {
         cache: cache.clone(),

@@ -96,8 +96,8 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         // Raffles past draw_at are closed, and drawn once their beacon round is in,
         // here and never in a request (every instance tries; one does each).
         let (pg, stop) = (state.handles.background_pg.clone(), stop.clone());
-        let beacon = state.settings.beacon_url.clone();
-        let timeout = state.settings.dependency_timeout;
+        let beacon = state.settings.sales.beacon_url.clone();
+        let timeout = state.settings.services.dependency_timeout;
         tasks.spawn("raffle draws", async move {
             let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
             let mut every = tokio::time::interval(crate::admit::raffle::SUMMARY_REFRESH);
@@ -206,13 +206,13 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
         cache: state.handles.cache.clone(),
         clock: state.clock.clone(),
         metrics: state.metrics.clone(),
-        every: state.settings.audit_interval,
+        every: state.settings.guards.audit_interval,
         recovery: state.recovery.clone(),
     };
     tasks.spawn("audit", watch.run(stop.clone()));
     // Completes the moves between a sharded sale's shards that a process left
     // in transit (see voucher::refill).
-    if let Some(every) = state.settings.shard_recovery_interval {
+    if let Some(every) = state.settings.guards.shard_recovery_interval {
         tasks.spawn(
             "shard moves",
             crate::voucher::refill::run_recovery(
@@ -266,7 +266,7 @@ async fn recovery(
             let returned = background_lifecycle.recover_returns(every).await?;
             let topped_up = background_lifecycle.recover_topups(every).await?;
             let swept = background_lifecycle
-                .sweep_unpaid(state.settings.payment_window + Duration::from_secs(60))
+                .sweep_unpaid(state.settings.sales.payment_window + Duration::from_secs(60))
                 .await?;
             if returned + topped_up + swept > 0 {
                 tracing::info!(

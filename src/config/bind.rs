@@ -11,22 +11,27 @@ impl Settings {
     /// by the time the server binds).
     pub fn check_bind(&self) -> Result<()> {
         use std::net::ToSocketAddrs;
-        if !self.jwt_secret_is_dev {
+        if !self.auth.jwt_secret_is_dev {
             return Ok(());
         }
-        let addrs: Vec<_> = self.http_addr.to_socket_addrs().map(|a| a.collect()).with_context(|| {
-            format!(
-                "SECKILL_JWT_SECRET is the development secret and SECKILL_HTTP_ADDR ({}) does not resolve: \
+        let addrs: Vec<_> = self
+            .http
+            .http_addr
+            .to_socket_addrs()
+            .map(|a| a.collect())
+            .with_context(|| {
+                format!(
+                    "SECKILL_JWT_SECRET is the development secret and SECKILL_HTTP_ADDR ({}) does not resolve: \
                      set SECKILL_JWT_SECRET to {MIN_JWT_SECRET_BYTES}+ random bytes (e.g. openssl rand -hex 32)",
-                self.http_addr
-            )
-        })?;
+                    self.http.http_addr
+                )
+            })?;
         if addrs.iter().any(|a: &std::net::SocketAddr| !a.ip().is_loopback()) {
             bail!(
                 "SECKILL_JWT_SECRET is not set (or is the development secret) and SECKILL_HTTP_ADDR ({}) is not a loopback address: \
                  the development secret is public, anyone could mint admin tokens; \
                  set SECKILL_JWT_SECRET to {MIN_JWT_SECRET_BYTES}+ random bytes (e.g. openssl rand -hex 32)",
-                self.http_addr
+                self.http.http_addr
             );
         }
         Ok(())

@@ -11,10 +11,21 @@ pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
 /// writers agree on one, is `crate::outbox::format`'s.
 pub const NEWEST_OUTBOX_FORMAT: u32 = 2;
 
-/// Everything the process needs to know, validated.
+/// Everything the process needs to know, validated, in groups by what it
+/// concerns (each field's variable is named on it).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub http_addr: String,
+    pub services: Services,
+    pub http: Http,
+    pub auth: Auth,
+    pub pipeline: Pipeline,
+    pub guards: Guards,
+    pub sales: SaleRules,
+}
+
+/// Where the dependencies are and how the process talks to them.
+#[derive(Clone, Debug)]
+pub struct Services {
     pub database_url: Secret,
     /// `SECKILL_DATABASE_STANDBY_URLS`: the standbys that may be promoted in the
     /// primary's place, comma-separated (empty: none; the pools stay on `database_url`).
@@ -22,13 +33,43 @@ pub struct Settings {
     pub redis_url: Secret,
     /// `REDIS_URL` lists the seed nodes of a Redis Cluster (`SECKILL_REDIS_CLUSTER`).
     pub redis_cluster: bool,
-    /// Replicas that must hold an order's reservation before it is acknowledged
-    /// (`SECKILL_REDIS_WAIT_REPLICAS`, Redis `WAIT`); 0: the master's word suffices.
-    pub redis_wait_replicas: u32,
-    /// How long an order waits for those replicas (`SECKILL_REDIS_WAIT_TIMEOUT_MS`).
-    pub redis_wait_timeout: Duration,
     pub amqp_url: Secret,
     pub namespace: String,
+    pub db_max_connections: u32,
+    /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
+    pub migrate_on_start: bool,
+    /// Deadline of every single Redis, Postgres or RabbitMQ call.
+    pub dependency_timeout: Duration,
+}
+
+/// The HTTP edge: its address and threads, what a request may be, and who may send how many.
+#[derive(Clone, Debug)]
+pub struct Http {
+    pub http_addr: String,
+    /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
+    pub http_workers: usize,
+    /// Largest accepted request body in bytes.
+    pub body_limit: usize,
+    pub max_in_flight: usize,
+    /// Proxies whose `X-Forwarded-For` names the client (`SECKILL_TRUSTED_PROXIES`,
+    /// addresses or networks, comma-separated; none by default: the TCP peer is
+    /// the client). The per-address limit and a sale's per-address cap count the
+    /// address so found.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub rate_limit_per_user: u32,
+    /// Pay and cancel requests per second per shopper, together
+    /// (`SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`; 0: none). Each waits for the
+    /// shopper's lock, so this bounds the waiters one shopper can pile up.
+    pub rate_limit_pay_cancel_per_user: u32,
+    pub rate_limit_per_ip: u32,
+    /// How often `GET /metrics` renders its page at most (`SECKILL_METRICS_RENDER_MS`,
+    /// default a second; 0: every request).
+    pub metrics_render_every: Duration,
+}
+
+/// The keys tokens are signed and checked with, and what a token must say.
+#[derive(Clone, Debug)]
+pub struct Auth {
     pub jwt_secret: Secret,
     /// True when no secret was configured and the development one is in use
     /// (allowed on a loopback address only, see [`Settings::check_bind`]).
@@ -48,31 +89,16 @@ pub struct Settings {
     /// An identity provider's JWKS, a URL or a file (`SECKILL_JWKS`): shopper tokens
     /// are signed by its keys.
     pub jwks: Option<String>,
-    /// A drand HTTP relay of raffles' beacon chain (`SECKILL_BEACON_URL`, e.g.
-    /// `https://api.drand.sh/<chain hash>`): rounds due are fetched from it. Unset:
-    /// a raffle waits for anyone to submit its round.
-    pub beacon_url: Option<String>,
-    pub time_zone: Tz,
-    pub payment_window: Duration,
-    pub rate_limit_per_user: u32,
-    /// Pay and cancel requests per second per shopper, together
-    /// (`SECKILL_RATE_LIMIT_PAY_CANCEL_PER_USER`; 0: none). Each waits for the
-    /// shopper's lock, so this bounds the waiters one shopper can pile up.
-    pub rate_limit_pay_cancel_per_user: u32,
-    pub rate_limit_per_ip: u32,
-    /// Proxies whose `X-Forwarded-For` names the client (`SECKILL_TRUSTED_PROXIES`,
-    /// addresses or networks, comma-separated; none by default: the TCP peer is
-    /// the client). The per-address limit and a sale's per-address cap count the
-    /// address so found.
-    pub trusted_proxies: Vec<ipnet::IpNet>,
-    pub max_in_flight: usize,
-    /// `SECKILL_MIGRATE_ON_START` (default true): `all` and `serve` apply migrations.
-    pub migrate_on_start: bool,
-    pub db_max_connections: u32,
-    /// Largest accepted request body in bytes.
-    pub body_limit: usize,
-    /// Deadline of every single Redis, Postgres or RabbitMQ call.
-    pub dependency_timeout: Duration,
+}
+
+/// An order's way from Redis to Postgres: replication, the relay, the broker, the worker, ids.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    /// Replicas that must hold an order's reservation before it is acknowledged
+    /// (`SECKILL_REDIS_WAIT_REPLICAS`, Redis `WAIT`); 0: the master's word suffices.
+    pub redis_wait_replicas: u32,
+    /// How long an order waits for those replicas (`SECKILL_REDIS_WAIT_TIMEOUT_MS`).
+    pub redis_wait_timeout: Duration,
     /// Orders a relay reads per outbox, about; a message carries `relay_batch` to
     /// `2 × relay_batch − 1` of them (one message if the round read fewer).
     pub relay_batch: usize,
@@ -87,14 +113,22 @@ pub struct Settings {
     pub worker_batch: usize,
     /// Deliveries of one message before RabbitMQ dead-letters it.
     pub delivery_limit: u32,
-    /// Order ids one reservation in Postgres takes (a process holds two blocks).
-    pub id_block: u32,
+    /// How long a worker holds a batch it cannot persist before handing it back.
+    pub worker_hold_limit: Duration,
     /// The newest outbox format this process reads and writes (at most this
     /// binary's; lower only to act as an older version, see
     /// `crate::outbox::format`).
     pub outbox_format: u32,
-    /// How long a worker holds a batch it cannot persist before handing it back.
-    pub worker_hold_limit: Duration,
+    /// Order ids one reservation in Postgres takes (a process holds two blocks).
+    pub id_block: u32,
+    /// Threads of the runtime that runs the relay, the worker and the other
+    /// background tasks (`SECKILL_RUNTIME_THREADS`; 0, the default: one per core).
+    pub runtime_threads: usize,
+}
+
+/// How long locks are held and waited for, and how often the process checks itself: books, shards, clock, missing vouchers.
+#[derive(Clone, Debug)]
+pub struct Guards {
     /// Lease of watchdog-kept locks (renewed every third of it).
     pub lock_lease: Duration,
     /// How long a shopper's request waits for their previous one before 409.
@@ -112,12 +146,15 @@ pub struct Settings {
     /// again does not reach Postgres (`SECKILL_MISSING_VOUCHER_TTL_MS`, default 1 s;
     /// 0: not remembered). A voucher created meanwhile shows at once anyway.
     pub missing_voucher_ttl: Duration,
-    /// How often `GET /metrics` renders its page at most (`SECKILL_METRICS_RENDER_MS`,
-    /// default a second; 0: every request).
-    pub metrics_render_every: Duration,
-    /// HTTP worker threads (`SECKILL_HTTP_WORKERS`; 0, the default: one per core).
-    pub http_workers: usize,
-    /// Threads of the runtime that runs the relay, the worker and the other
-    /// background tasks (`SECKILL_RUNTIME_THREADS`; 0, the default: one per core).
-    pub runtime_threads: usize,
+}
+
+/// The shop's rules for every sale: its time zone, the payment window, the raffles' beacon.
+#[derive(Clone, Debug)]
+pub struct SaleRules {
+    pub time_zone: Tz,
+    pub payment_window: Duration,
+    /// A drand HTTP relay of raffles' beacon chain (`SECKILL_BEACON_URL`, e.g.
+    /// `https://api.drand.sh/<chain hash>`): rounds due are fetched from it. Unset:
+    /// a raffle waits for anyone to submit its round.
+    pub beacon_url: Option<String>,
 }

@@ -11,16 +11,19 @@ fn with(pairs: &[(&str, &str)]) -> Result<Settings> {
 #[test]
 fn defaults_match_the_contract() {
     let s = with(&[]).unwrap();
-    assert_eq!(s.http_addr, "127.0.0.1:8080");
-    assert_eq!(s.namespace, "seckill");
-    assert_eq!(s.time_zone, chrono_tz::Asia::Shanghai);
-    assert_eq!(s.payment_window, Duration::from_secs(900));
-    assert!(s.jwt_secret_is_dev);
-    assert!(s.migrate_on_start);
-    assert_eq!(s.max_clock_skew, Some(Duration::from_secs(2)));
-    assert_eq!(s.metrics_render_every, Duration::from_secs(1));
+    assert_eq!(s.http.http_addr, "127.0.0.1:8080");
+    assert_eq!(s.services.namespace, "seckill");
+    assert_eq!(s.sales.time_zone, chrono_tz::Asia::Shanghai);
+    assert_eq!(s.sales.payment_window, Duration::from_secs(900));
+    assert!(s.auth.jwt_secret_is_dev);
+    assert!(s.services.migrate_on_start);
+    assert_eq!(s.guards.max_clock_skew, Some(Duration::from_secs(2)));
+    assert_eq!(s.http.metrics_render_every, Duration::from_secs(1));
     assert_eq!(
-        with(&[("SECKILL_MAX_CLOCK_SKEW_MS", "0")]).unwrap().max_clock_skew,
+        with(&[("SECKILL_MAX_CLOCK_SKEW_MS", "0")])
+            .unwrap()
+            .guards
+            .max_clock_skew,
         None
     );
 }
@@ -100,7 +103,7 @@ fn a_jwks_needs_an_issuer_and_an_audience() {
         ("SECKILL_JWT_AUDIENCE", "seckill"),
     ])
     .unwrap();
-    assert_eq!(s.jwks.as_deref(), Some(jwks.1));
+    assert_eq!(s.auth.jwks.as_deref(), Some(jwks.1));
     let over = |url: &'static str| {
         with(&[
             ("SECKILL_JWKS", url),
@@ -118,9 +121,9 @@ fn a_jwks_needs_an_issuer_and_an_audience() {
 #[test]
 fn trusted_proxies_are_addresses_or_networks() {
     let s = with(&[("SECKILL_TRUSTED_PROXIES", "10.0.0.0/8, 192.0.2.1,::1")]).unwrap();
-    assert_eq!(s.trusted_proxies.len(), 3);
-    assert!(s.trusted_proxies[1].contains(&"192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
-    assert!(with(&[]).unwrap().trusted_proxies.is_empty());
+    assert_eq!(s.http.trusted_proxies.len(), 3);
+    assert!(s.http.trusted_proxies[1].contains(&"192.0.2.1".parse::<std::net::IpAddr>().unwrap()));
+    assert!(with(&[]).unwrap().http.trusted_proxies.is_empty());
     let err = with(&[("SECKILL_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local")])
         .unwrap_err()
         .to_string();

@@ -84,7 +84,7 @@ pub async fn enter_raffle(
         super::challenge::Proof::Stale(refused) => return Err(refused),
         super::challenge::Proof::Absent => proof_of_work(&req, &state, id.get(), caller.user_id, &flash)?,
     }
-    let cap = super::client_addr::cap_of(&req, &state.settings.trusted_proxies, &flash);
+    let cap = super::client_addr::cap_of(&req, &state.settings.http.trusted_proxies, &flash);
     let code = match state.admit.enter(id, caller.user(), cap.as_ref()).await? {
         Entered::New(_) => StatusCode::CREATED,
         Entered::Already(_) => StatusCode::OK,

@@ -15,7 +15,7 @@
 //! TCP peer, or the client a trusted proxy names (`SECKILL_TRUSTED_PROXIES`,
 //! [`super::client_addr`]).
 use super::error::ApiError;
-use crate::config::Settings;
+use crate::config::Http;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -109,7 +109,7 @@ fn check_key<K: std::hash::Hash + Eq + Clone>(limiter: &Option<Keyed<K>>, key: &
 }
 
 impl RateLimits {
-    pub fn new(s: &Settings) -> Self {
+    pub fn new(s: &Http) -> Self {
         Self {
             per_user: limiter(s.rate_limit_per_user),
             per_user_pay_cancel: limiter(s.rate_limit_pay_cancel_per_user),

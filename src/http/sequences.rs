@@ -26,7 +26,10 @@ pub async fn put_rule(
     body: web::Json<Value>,
 ) -> Result<web::Json<Rule>, ApiError> {
     let req = RuleRequest::parse(&body)?;
-    let time_zone = req.time_zone.as_deref().unwrap_or(state.settings.time_zone.name());
+    let time_zone = req
+        .time_zone
+        .as_deref()
+        .unwrap_or(state.settings.sales.time_zone.name());
     let rule = Rule::parse_parts(&path, &req.prefix, &req.date_format, req.min_width, time_zone)?;
     state.sequences.set_rule(&rule).await?;
     Ok(web::Json(rule))

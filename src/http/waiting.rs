@@ -173,7 +173,7 @@ pub async fn join_queue(
             Proof::Absent => proof_of_work(&req, &state, id.get(), caller.user_id, &flash)?,
         }
     }
-    let cap = cap_of(&req, &state.settings.trusted_proxies, &flash);
+    let cap = cap_of(&req, &state.settings.http.trusted_proxies, &flash);
     let joined = state
         .admit
         .join(id, caller.user(), flash.begin_at, cap.as_ref())

@@ -143,7 +143,7 @@ impl Relay {
             pg,
             recovery,
         } = ends;
-        let timeout = settings.dependency_timeout;
+        let timeout = settings.services.dependency_timeout;
         Self {
             // Its own connection: XREADGROUP BLOCK must not hold up the order path.
             redis: redis.dedicated(timeout + Duration::from_millis(BLOCK_MS)),
@@ -155,9 +155,9 @@ impl Relay {
             consumer,
             metrics,
             tuning: Tuning {
-                batch: settings.relay_batch,
-                linger: settings.relay_linger,
-                claim_idle: settings.relay_claim_idle,
+                batch: settings.pipeline.relay_batch,
+                linger: settings.pipeline.relay_linger,
+                claim_idle: settings.pipeline.relay_claim_idle,
                 confirm_timeout: timeout.max(Duration::from_secs(5)),
             },
             held: Held::default(),

@@ -31,13 +31,13 @@ impl Worker {
         Self {
             ctx,
             holding: Arc::new(AtomicUsize::new(0)),
-            hold_limit: settings.worker_hold_limit,
+            hold_limit: settings.pipeline.worker_hold_limit,
             process: uuid::Uuid::new_v4().simple().to_string(),
             broker,
-            prefetch: settings.worker_prefetch,
-            batch: settings.worker_batch,
-            in_flight: in_flight(settings.db_max_connections),
-            payment_window: settings.payment_window,
+            prefetch: settings.pipeline.worker_prefetch,
+            batch: settings.pipeline.worker_batch,
+            in_flight: in_flight(settings.services.db_max_connections),
+            payment_window: settings.sales.payment_window,
             metrics,
         }
     }

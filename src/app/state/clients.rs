@@ -14,11 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 /// A pool that connects lazily, so that the process starts while Postgres is down.
 pub fn pg_pool(settings: &Settings) -> Result<PgPool> {
-    let opts =
-        pg_options(settings.database_url.expose(), settings).context("DATABASE_URL is not a valid Postgres URL")?;
+    let opts = pg_options(settings.services.database_url.expose(), settings)
+        .context("DATABASE_URL is not a valid Postgres URL")?;
     Ok(PgPoolOptions::new()
-        .max_connections(settings.db_max_connections)
-        .acquire_timeout(settings.dependency_timeout)
+        .max_connections(settings.services.db_max_connections)
+        .acquire_timeout(settings.services.dependency_timeout)
         .connect_lazy_with(opts))
 }
 
@@ -27,7 +27,7 @@ fn pg_options(url: &str, settings: &Settings) -> Result<PgConnectOptions> {
     let opts = PgConnectOptions::from_str(url)?;
     // No statement may outlive the dependency deadline by much: a query stuck on a
     // lock or a sick server fails instead of holding its connection forever.
-    let deadline_ms = (settings.dependency_timeout.as_millis() * 5).max(5000);
+    let deadline_ms = (settings.services.dependency_timeout.as_millis() * 5).max(5000);
     Ok(opts.options([("statement_timeout", deadline_ms.to_string())]))
 }
 
@@ -35,20 +35,20 @@ fn pg_options(url: &str, settings: &Settings) -> Result<PgConnectOptions> {
 /// the listed server that is the primary now, then starts the task that follows
 /// it (see [`crate::app::pg_follow`]).
 async fn follow_promotions(settings: &Settings, pools: Vec<PgPool>, stop: &CancellationToken) -> Result<()> {
-    let standbys = crate::config::comma_list(settings.database_standby_urls.expose());
+    let standbys = crate::config::comma_list(settings.services.database_standby_urls.expose());
     if standbys.is_empty() {
         return Ok(());
     }
-    let mut servers = vec![pg_options(settings.database_url.expose(), settings)?];
+    let mut servers = vec![pg_options(settings.services.database_url.expose(), settings)?];
     for url in &standbys {
         // Checked when the settings were read.
         servers.push(pg_options(url, settings)?);
     }
-    let at = crate::app::pg_follow::start(&servers, &pools, settings.dependency_timeout).await;
+    let at = crate::app::pg_follow::start(&servers, &pools, settings.services.dependency_timeout).await;
     tokio::spawn(crate::app::pg_follow::follow(
         servers,
         pools,
-        settings.dependency_timeout,
+        settings.services.dependency_timeout,
         at,
         stop.clone(),
     ));
@@ -70,24 +70,24 @@ pub(super) struct Clients {
 /// Makes the two pools (following promotions if standbys are listed), the Redis and
 /// RabbitMQ clients, the metrics and the witness.
 pub(super) async fn clients(settings: &Settings, stop: &CancellationToken) -> Result<Clients> {
-    let keys = Keys::new(&settings.namespace);
+    let keys = Keys::new(&settings.services.namespace);
     let pg = pg_pool(settings)?;
     let background_pg = pg_pool(settings)?;
     follow_promotions(settings, vec![pg.clone(), background_pg.clone()], stop).await?;
     let redis = Redis::new(
-        settings.redis_url.expose(),
-        settings.redis_cluster,
-        settings.dependency_timeout,
+        settings.services.redis_url.expose(),
+        settings.services.redis_cluster,
+        settings.services.dependency_timeout,
     )
     .context("REDIS_URL is not a valid Redis URL")?;
     let broker = Arc::new(Broker::new(
-        settings.amqp_url.expose(),
+        settings.services.amqp_url.expose(),
         keys.clone(),
-        settings.dependency_timeout,
-        settings.delivery_limit,
+        settings.services.dependency_timeout,
+        settings.pipeline.delivery_limit,
     ));
     let metrics = Arc::new(crate::metrics::Metrics::new());
-    metrics.set_render_every(settings.metrics_render_every);
+    metrics.set_render_every(settings.http.metrics_render_every);
     // Every counter range checked against Postgres going back in time.
     let witness = Arc::new(crate::sequence::witness::Witness::new(
         redis.clone(),

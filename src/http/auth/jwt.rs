@@ -79,13 +79,13 @@ impl JwtKeys {
     }
 
     /// The keys and policy the settings name, without an identity provider's.
-    pub fn from_settings(s: &crate::config::Settings) -> Self {
+    pub fn from_settings(s: &crate::config::Auth) -> Self {
         Self::configured(s, None)
     }
 
     /// The keys and policy the settings name, with `jwks` (`SECKILL_JWKS`) for
     /// shopper tokens.
-    pub fn configured(s: &crate::config::Settings, jwks: Option<Arc<Jwks>>) -> Self {
+    pub fn configured(s: &crate::config::Auth, jwks: Option<Arc<Jwks>>) -> Self {
         let jwt = s.jwt_secret.expose();
         let admin = s.admin_jwt_secret.as_ref().map(|a| a.expose()).filter(|a| *a != jwt);
         // With an identity provider, HS256 tokens are the admin key's only (also

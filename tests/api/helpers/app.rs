@@ -107,7 +107,7 @@ impl Builder<'_> {
                 .pool_idle_timeout(std::time::Duration::from_secs(2))
                 .build()
                 .expect("a reqwest client"),
-            jwt: JwtKeys::from_settings(&settings),
+            jwt: JwtKeys::from_settings(&settings.auth),
             forces_incidents: self.forces_incidents,
         }
     }
@@ -264,11 +264,15 @@ impl TestApp {
     /// the instance uses.
     pub async fn redis(&self) -> seckill::redis_conn::Conn {
         let s = &self.app().state().settings;
-        seckill::redis_conn::Redis::new(s.redis_url.expose(), s.redis_cluster, Duration::from_secs(5))
-            .unwrap()
-            .conn()
-            .await
-            .expect("redis")
+        seckill::redis_conn::Redis::new(
+            s.services.redis_url.expose(),
+            s.services.redis_cluster,
+            Duration::from_secs(5),
+        )
+        .unwrap()
+        .conn()
+        .await
+        .expect("redis")
     }
 
     pub async fn shutdown(mut self) {

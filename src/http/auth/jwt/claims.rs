@@ -68,7 +68,7 @@ impl Default for TokenPolicy {
 }
 
 impl TokenPolicy {
-    pub fn from_settings(s: &crate::config::Settings) -> Self {
+    pub fn from_settings(s: &crate::config::Auth) -> Self {
         Self {
             max_ttl_secs: s.jwt_max_ttl_secs,
             issuer: s.jwt_issuer.clone(),
