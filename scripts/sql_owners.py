@@ -13,8 +13,12 @@ src/http/ that reaches `.handles` (the pools, Redis, the broker: the background
 tasks' own) or the background pool, names `state.pg` or `state.redis`, or opens
 a Redis connection (`.conn()`) is out of place too (src/http/state.rs, which holds
 the handles for the background tasks, and src/http/idempotency.rs, which owns its
-table, excepted). Usage: sql_owners.py [ROOT | --self-test]. Prints each file and
-table out of place."""
+table, excepted).
+Redis keys and RabbitMQ names are named by `Keys` (src/keys/names.rs); each of its
+methods has owners (`KEY_OWNERS`): only their files name that key (a call of it on
+`keys`, `k`, `keys()` or `Keys::`), and every method must have an entry.
+Usage: sql_owners.py [ROOT | --self-test]. Prints each file and table or key out of
+place."""
 import os, re, sys
 
 OWNERS = {
@@ -37,6 +41,32 @@ OWNERS = {
     "fencing_tokens": "lock", "idempotency_keys": "http",
 }
 
+# A sale's shard (one hash tag): sales makes it (loads a sale, moves units between
+# shards, applies top-ups); ordering writes it in the order script and the relay
+# reads its outbox; recovery reads and rebuilds all of it in a repair.
+SHARD = ("sales", "ordering", "recovery")
+KEY_OWNERS = {
+    "stock_at": SHARD, "seq_at": SHARD, "admitted_at": SHARD, "returned_at": SHARD, "outbox_at": SHARD,
+    "stock": SHARD, "admitted": SHARD, "returned": SHARD, "outbox": SHARD, "buyers": SHARD, "orders": SHARD,
+    "topups": SHARD,
+    # The marks of shoppers: the order script writes them, the lookup reads them.
+    "buyers_at": ("ordering", "recovery"),
+    # Kept by sales alone (the repair reads them back).
+    "orders_at": ("sales", "recovery"), "topups_at": ("sales", "recovery"),
+    "given_at": ("sales", "recovery"), "moved_at": ("sales", "recovery"), "taken_at": ("sales", "recovery"),
+    "moves": ("sales",), "refill_lease": ("sales",), "events": ("sales",),
+    # The set of outbox streams: a sale registers its own; the relays read them all.
+    "outboxes": ("sales", "ordering"), "outbox_member": ("sales",), "outbox_of_member": ("ordering",),
+    "of_tag": ("ordering",), "tag_of": ("ordering",),
+    "lock": ("lock",), "lock_fence": ("lock",), "lock_released": ("lock",), "fence_seen": ("lock",),
+    "counter_witness": ("numbers",),
+    # RabbitMQ: the broker declares the topology; ordering publishes and consumes.
+    "orders_exchange": ("broker", "ordering"), "orders_queue": ("broker", "ordering"),
+    "dead_exchange": ("broker",), "dead_queue": ("broker", "ordering"), "delay_queue": ("broker", "ordering"),
+    "timeout_exchange": ("broker",), "timeout_queue": ("broker", "ordering"),
+}
+NOT_KEYS = ("new", "namespace")
+
 SQL_BEFORE = r"(?:FROM|INTO|UPDATE|JOIN|TABLE|TRUNCATE|USING|LOCK)\s+(?:ONLY\s+)?(?:IF\s+EXISTS\s+)?(?:[a-z_]+\.)?"
 
 
@@ -53,7 +83,7 @@ def layout(lib):
     return modules
 
 
-def check(root, owners=OWNERS):
+def check(root, owners=OWNERS, key_owners=KEY_OWNERS):
     src = os.path.join(root, "src")
     modules = layout(open(os.path.join(src, "lib.rs")).read())
     problems = []
@@ -64,6 +94,11 @@ def check(root, owners=OWNERS):
         created |= set(re.findall(r"(?i)create\s+table\s+(?:if\s+not\s+exists\s+)?([a-z_]+)", text))
     problems += [f"table {t} (created by a migration) has no owner in scripts/sql_owners.py" for t in sorted(created - set(owners))]
     problems += [f"owner {o} of {t} is not a name of the layout in src/lib.rs" for t, o in sorted(owners.items()) if o not in modules]
+    names = os.path.join(src, "keys", "names.rs")
+    methods = [m for m in re.findall(r"pub fn (\w+)", open(names).read()) if m not in NOT_KEYS] if os.path.exists(names) else []
+    problems += [f"key {m} (a method of Keys) has no owner in scripts/sql_owners.py" for m in methods if m not in key_owners]
+    problems += [f"owner {o} of key {k} is not a name of the layout in src/lib.rs" for k, os_ in sorted(key_owners.items()) for o in os_ if o not in modules]
+    named = re.compile(r"(?:\b(?:keys(?:\(\))?|k)\s*\.\s*|\bKeys::)(" + "|".join(methods or ["$^"]) + r")\(")
     for dirpath, _, names in os.walk(src):
         for n in sorted(names):
             if not n.endswith(".rs") or n == "tests.rs":
@@ -79,6 +114,11 @@ def check(root, owners=OWNERS):
             for table, owner in sorted(owners.items()):
                 if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
                     problems.append(f"src/{rel} holds SQL on {table}, which {owner} owns: call {owner}'s service")
+            if top != "keys":
+                for m in named.finditer(text):
+                    allowed = set().union(*(modules.get(o, set()) for o in key_owners.get(m.group(1), ())))
+                    if top not in allowed:
+                        problems.append(f"src/{rel} names the key {m.group(1)}, which {'/'.join(key_owners[m.group(1)])} own(s)")
     for p in problems:
         print("sql owners:", p)
     return 1 if problems else 0
@@ -98,16 +138,23 @@ def self_test():
         "a handler with the handles": ({"src/http/orders.rs": "fn f(state: &S) { g(&state\n    .handles.pg) }"}, 1),
         "a handler with a clone of the state": ({"src/http/orders.rs": "fn f(owned: &S) { g(&owned.handles.pg) }"}, 1),
         "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
+        "a key in its owner's file": ({"src/voucher/load.rs": "fn f(k: &Keys) { k.stock_at(1, 0, 1); }"}, 0),
+        "a key in another area's file": ({"src/worker/a.rs": "fn f(s: &S) { s.keys.stock_at(1, 0, 1); }"}, 1),
+        "a key named statically elsewhere": ({"src/worker/a.rs": "fn f() { Keys::stock_at(1, 0, 1); }"}, 1),
+        "a key with no owner": ({"src/keys/names.rs": "pub fn new() {}\npub fn stock_at() {}\npub fn unowned() {}"}, 1),
+        "a method of another type": ({"src/worker/a.rs": "fn f(m: &M) { m.stock_at(1); }"}, 0),
     }
     for name, (tree, want) in cases.items():
         with tempfile.TemporaryDirectory() as d:
-            for path, text in {"src/lib.rs": lib, **tree}.items():
+            keys = {"src/keys/names.rs": "pub fn new() {}\npub fn stock_at() {}"}
+            for path, text in {"src/lib.rs": lib, **keys, **tree}.items():
                 os.makedirs(os.path.dirname(os.path.join(d, path)), exist_ok=True)
                 with open(os.path.join(d, path), "w") as f:
                     f.write(text)
             import contextlib, io
             with contextlib.redirect_stdout(io.StringIO()):
-                got = check(d, {"seckill_vouchers": "sales", "stock_topups": "sales", "voucher_orders": "ordering"})
+                tables = {"seckill_vouchers": "sales", "stock_topups": "sales", "voucher_orders": "ordering"}
+                got = check(d, tables, {"stock_at": ("sales",)})
             if got != want:
                 sys.exit(f"sql_owners self-test failed: {name}: exit {got}, wanted {want}")
     print("sql_owners: self-test passed")

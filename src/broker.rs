@@ -239,6 +239,14 @@ impl Broker {
         let _ = tokio::time::timeout(self.timeout, conn.close(200, reason.into())).await;
     }
 
+    /// Ready messages in the orders queue, on a connection of its own.
+    pub async fn orders_ready(&self) -> Result<i64> {
+        let (conn, ch) = self.open().await?;
+        let ready = orders_queue::ready(&ch, &self.keys.orders_queue()).await;
+        self.close_conn(&conn, "read the orders queue depth").await;
+        ready
+    }
+
     /// Deletes every queue and exchange of the namespace (test clean-up).
     pub async fn delete_topology(&self) -> Result<()> {
         let conn = self.connect().await?;

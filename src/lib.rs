@@ -19,8 +19,9 @@
 //! as an import. `scripts/import_cycles.py` (run by the test command) reads the
 //! lines below and fails on any of the three. Each area owns its Postgres tables:
 //! only its own files hold SQL on them (`scripts/sql_owners.py` names each
-//! table's owner), and another area calls it, or takes the part of a statement it
-//! hands out where one statement must read both.
+//! table's owner, and the owners of each Redis key and RabbitMQ name), and
+//! another area calls it, or takes the part of a statement it hands out where one
+//! statement must read both.
 //!
 //! The edges run the process and take requests:
 //! - edge process: `cli`: the commands of the contract (`all`, `serve`, `worker`,

@@ -89,29 +89,15 @@ async fn check(state: &AppState) -> Report {
 async fn outbox_backlog(state: &AppState) -> Option<i64> {
     let now = state.clock.now();
     let since = now - ENDED_GRACE;
-    let streams: Vec<String> = state
+    let sales: Vec<(i64, u32)> = state
         .handles
         .cache
         .flash_sales()
         .iter()
         .filter_map(|e| e.voucher.flash.as_ref().map(|f| (e.voucher.id, f)))
         .filter(|(_, f)| f.begin_at <= now && f.end_at > since)
-        .flat_map(|(id, f)| {
-            let shards = f.shards();
-            (0..shards).map(move |k| state.handles.keys.outbox_at(id, k, shards))
-        })
+        .map(|(id, f)| (id, f.shards()))
         .collect();
-    if streams.is_empty() {
-        return Some(0);
-    }
-    let mut pipe = redis::pipe();
-    for s in &streams {
-        pipe.cmd("XLEN").arg(s);
-    }
-    let backlog = async {
-        let mut conn = state.handles.redis.conn().await?;
-        let lens: Vec<i64> = pipe.query_async(&mut conn).await?;
-        anyhow::Ok(lens.iter().sum::<i64>())
-    };
+    let backlog = crate::outbox::backlog(&state.handles.redis, &state.handles.keys, sales);
     tokio::time::timeout(CHECK_TIMEOUT, backlog).await.ok()?.ok()
 }

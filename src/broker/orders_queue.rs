@@ -118,3 +118,16 @@ pub async fn declare(conn: &Connection, name: &str, exchange: &str, routing_key:
 fn precondition_failed(e: &lapin::Error) -> bool {
     matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 406)
 }
+
+/// Ready messages in the queue `name`, by a passive declare on `ch`.
+pub async fn ready(ch: &lapin::Channel, name: &str) -> Result<i64> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let q = ch
+        .queue_declare(name.into(), passive, FieldTable::default())
+        .await
+        .context("reading the orders queue depth")?;
+    Ok(q.message_count() as i64)
+}

@@ -7,9 +7,11 @@
 //! again (first its own, on every (re)connect; then entries other relays left pending
 //! longer than the claim timeout, taken over with XAUTOCLAIM). A message published
 //! twice is harmless: the worker inserts by order id.
+mod backlog;
 pub mod entry;
 pub mod format;
 pub mod relay;
 
+pub use backlog::backlog;
 pub use entry::read_outbox;
 pub use relay::intent::{orders_of_sale as intent_orders_of_sale, sweep as sweep_intents};

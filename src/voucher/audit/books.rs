@@ -5,8 +5,6 @@ use crate::broker::Broker;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use serde::Serialize;
 use sqlx::PgPool;
 use std::time::Duration;
@@ -240,26 +238,10 @@ pub(crate) async fn postgres_books(pg: &PgPool, voucher_id: i64) -> Result<Resul
     )))
 }
 
-/// Ready messages in the orders queue (a passive declare, as the Redis repair
-/// reads it); None if RabbitMQ does not answer in time.
+/// Ready messages in the orders queue ([`Broker::orders_ready`]); None if
+/// RabbitMQ does not answer in time.
 async fn queue_ready(broker: &Broker) -> Option<i64> {
-    let read = async {
-        let (conn, ch) = broker.open().await?;
-        let q = ch
-            .queue_declare(
-                broker.keys().orders_queue().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .context("reading the orders queue depth");
-        broker.close_conn(&conn, "audited").await;
-        anyhow::Ok(q?.message_count() as i64)
-    };
-    match tokio::time::timeout(QUEUE_DEADLINE, read).await {
+    match tokio::time::timeout(QUEUE_DEADLINE, broker.orders_ready()).await {
         Ok(Ok(n)) => Some(n),
         Ok(Err(e)) => {
             tracing::warn!(error = %format!("{e:#}"), "audit: no orders queue depth");
