@@ -15,8 +15,7 @@ use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthor
 use super::state::AppState;
 use super::vouchers::{announce, voucher_not_found, with_stats};
 use crate::voucher::model::{AddStock, MAX_STOCK};
-use crate::voucher::repo;
-use crate::voucher::topup::{self, NotRecorded, TopUp};
+use crate::voucher::topup::{NotRecorded, TopUp};
 use crate::voucher::view::{TopUpView, ToppedUp};
 use crate::voucher::Voucher;
 use actix_web::http::StatusCode;
@@ -59,50 +58,14 @@ pub async fn add_stock(
             Claim::Replay { status, body } => return Ok(HttpResponse::build(status).json(body)),
             Claim::Unanswered { top_up_id } => {
                 drop(tx);
-                let top_up_id = top_up_id.ok_or_else(|| {
-                    ApiError::internal(anyhow::anyhow!("an idempotency key of a top-up without its top-up"))
-                })?;
-                let top_up = state.sales.top_up(top_up_id).await?.ok_or_else(voucher_not_found)?;
-                let voucher = state
-                    .sales
-                    .get(crate::id::VoucherId::new(top_up.voucher_id))
-                    .await?
-                    .ok_or_else(voucher_not_found)?;
-                let answer =
-                    serde_json::to_value(finish(&state, top_up, voucher).await).map_err(anyhow::Error::from)?;
-                let stored = state.http.answers.answer(admin, key, StatusCode::OK, &answer).await?;
-                return Ok(HttpResponse::Ok().json(stored));
+                return answer_unanswered(&state, admin, key, top_up_id).await;
             }
         }
     }
-    let voucher = repo::get(&mut *tx, id.get()).await?.ok_or_else(voucher_not_found)?;
-    let not_a_flash_sale = || ApiError::conflict("not_a_flash_sale", "this voucher has no stock to add to");
-    if voucher.flash.is_none() {
-        return Err(not_a_flash_sale());
-    }
-    let top_up = match topup::record(&mut tx, id.get(), add).await? {
-        Ok(top_up) => top_up,
-        Err(NotRecorded::NotAFlashSale) => return Err(not_a_flash_sale()),
-        // Its winners are as many as its stock when the entries closed.
-        Err(NotRecorded::RaffleClosed) => {
-            return Err(ApiError::conflict(
-                "raffle_closed",
-                "a raffle's stock is fixed when its entries close (draw_at)",
-            ))
-        }
-        // A valid `add` that the voucher's stock leaves no room for: a conflict with
-        // the voucher's state, not a malformed request.
-        Err(NotRecorded::OverLimit) => {
-            return Err(ApiError::conflict(
-                "stock_limit_exceeded",
-                format!("add: the total stock would exceed {MAX_STOCK}"),
-            ))
-        }
-    };
+    let (top_up, voucher) = state.sales.record_top_up(&mut tx, id, add).await?.map_err(refusal)?;
     if let Some(key) = &key {
         idempotency::note_top_up(&mut tx, admin, key, top_up.id).await?;
     }
-    let voucher = repo::get(&mut *tx, id.get()).await?.ok_or_else(voucher_not_found)?;
     tx.commit().await?;
     // Committed: the top-up happens whatever fails from here on, and the answer is
     // 200 (without a key, a retry would add the units twice).
@@ -116,6 +79,46 @@ pub async fn add_stock(
         }
     }
     Ok(HttpResponse::Ok().json(answer))
+}
+
+/// A retry of a request whose top-up was committed but whose answer was not
+/// stored: the answer rebuilt from the top-up, stored now.
+async fn answer_unanswered(
+    state: &AppState,
+    admin: i64,
+    key: &str,
+    top_up_id: Option<i64>,
+) -> Result<HttpResponse, ApiError> {
+    let top_up_id = top_up_id
+        .ok_or_else(|| ApiError::internal(anyhow::anyhow!("an idempotency key of a top-up without its top-up")))?;
+    let top_up = state.sales.top_up(top_up_id).await?.ok_or_else(voucher_not_found)?;
+    let voucher = state
+        .sales
+        .get(crate::id::VoucherId::new(top_up.voucher_id))
+        .await?
+        .ok_or_else(voucher_not_found)?;
+    let answer = serde_json::to_value(finish(state, top_up, voucher).await).map_err(anyhow::Error::from)?;
+    let stored = state.http.answers.answer(admin, key, StatusCode::OK, &answer).await?;
+    Ok(HttpResponse::Ok().json(stored))
+}
+
+/// Why no top-up was recorded, as the API says it.
+fn refusal(not: NotRecorded) -> ApiError {
+    match not {
+        NotRecorded::NotFound => voucher_not_found(),
+        NotRecorded::NotAFlashSale => ApiError::conflict("not_a_flash_sale", "this voucher has no stock to add to"),
+        // Its winners are as many as its stock when the entries closed.
+        NotRecorded::RaffleClosed => ApiError::conflict(
+            "raffle_closed",
+            "a raffle's stock is fixed when its entries close (draw_at)",
+        ),
+        // A valid `add` that the voucher's stock leaves no room for: a conflict with
+        // the voucher's state, not a malformed request.
+        NotRecorded::OverLimit => ApiError::conflict(
+            "stock_limit_exceeded",
+            format!("add: the total stock would exceed {MAX_STOCK}"),
+        ),
+    }
 }
 
 /// After the commit: the Redis half (or the recovery pass), the announcement and

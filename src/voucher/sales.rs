@@ -5,15 +5,15 @@ use super::audit::{self, Lookup};
 use super::live_numbers::{self, RelayState};
 use super::model::Voucher;
 use super::stock::{self, Event, Stats};
-use super::topup::{self, TopUp};
+use super::topup::{self, NotRecorded, TopUp};
 use super::{cache::VoucherCache, repo};
 use crate::broker::Broker;
 use crate::id::VoucherId;
 use crate::keys::Keys;
 use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
-use anyhow::Result;
-use sqlx::{PgPool, Postgres, Transaction};
+use anyhow::{Context, Result};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use std::sync::Arc;
 
 /// The sales area's service: what it needs, held once, for every request (a
@@ -141,6 +141,31 @@ impl Sales {
     /// Top-up `id`, done or pending.
     pub async fn top_up(&self, id: i64) -> Result<Option<TopUp>> {
         topup::get(&self.0.pg, id).await
+    }
+
+    /// The Postgres half of a top-up of `units` to the sale `id`, in the caller's
+    /// transaction (which may hold more, as a request's idempotency key): the
+    /// top-up and the voucher as it is after it.
+    pub async fn record_top_up(
+        &self,
+        tx: &mut PgConnection,
+        id: VoucherId,
+        units: i32,
+    ) -> Result<std::result::Result<(TopUp, Voucher), NotRecorded>> {
+        let Some(voucher) = repo::get(&mut *tx, id.get()).await? else {
+            return Ok(Err(NotRecorded::NotFound));
+        };
+        if voucher.flash.is_none() {
+            return Ok(Err(NotRecorded::NotAFlashSale));
+        }
+        let top_up = match topup::record(&mut *tx, id.get(), units).await? {
+            Ok(top_up) => top_up,
+            Err(not) => return Ok(Err(not)),
+        };
+        let voucher = repo::get(&mut *tx, id.get())
+            .await?
+            .context("a voucher topped up is gone")?;
+        Ok(Ok((top_up, voucher)))
     }
 
     /// The Redis half of a committed top-up; whether it was applied now.

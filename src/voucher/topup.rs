@@ -44,6 +44,8 @@ pub struct TopUp {
 /// Why [`record`] recorded nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NotRecorded {
+    #[error("no such voucher")]
+    NotFound,
     #[error("not a flash sale")]
     NotAFlashSale,
     #[error("the total stock would exceed {}", crate::voucher::model::MAX_STOCK)]
