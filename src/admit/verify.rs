@@ -92,6 +92,39 @@ async fn entries(http: &reqwest::Client, base: &str, voucher: i64) -> Result<Vec
     }
 }
 
+/// The beacon round a drawn raffle's summary `s` names, checked: published after
+/// its draw_at and after its entries closed, its signature the chain's, its
+/// randomness the signature's hash. None: a raffle drawn without a beacon.
+fn checked_beacon(s: &Value) -> Result<Option<(Chain, i64, String)>> {
+    if s["beacon"].is_null() {
+        return Ok(None);
+    }
+    let b = &s["beacon"];
+    let chain: Chain = serde_json::from_value(b.clone()).context("the beacon's chain")?;
+    let round = b["round"].as_i64().context("the beacon's round")?;
+    let draw_at: chrono::DateTime<chrono::Utc> = text(s, "draw_at")?.parse().context("draw_at")?;
+    ensure!(
+        chain.round_at(round) > draw_at,
+        "round {round} was published at {}, not after draw_at {draw_at}",
+        chain.round_at(round)
+    );
+    // The list was fixed before the round was published.
+    let closed_at: chrono::DateTime<chrono::Utc> = text(s, "closed_at")?.parse().context("closed_at")?;
+    ensure!(
+        closed_at < chain.round_at(round),
+        "the entries closed at {closed_at}, not before round {round} was published ({})",
+        chain.round_at(round)
+    );
+    let randomness = chain
+        .verify(round, text(s, "signature")?)
+        .map_err(|e| anyhow::anyhow!("the published signature: {e}"))?;
+    ensure!(
+        randomness == text(s, "randomness")?,
+        "the published randomness is not sha256 of the signature"
+    );
+    Ok(Some((chain, round, randomness)))
+}
+
 /// Recomputes raffle `voucher`'s draw from the API at `base`: Ok if the
 /// published winners are the rule's, an error saying what differs if not.
 pub async fn verify(base: &str, voucher: i64) -> Result<Verified> {
@@ -107,34 +140,7 @@ pub async fn verify(base: &str, voucher: i64) -> Result<Verified> {
         sha256_hex(&seed_bytes) == text(&s, "commitment")?,
         "the seed is not the one committed to at the sale's creation"
     );
-    let beacon = if s["beacon"].is_null() {
-        None
-    } else {
-        let b = &s["beacon"];
-        let chain: Chain = serde_json::from_value(b.clone()).context("the beacon's chain")?;
-        let round = b["round"].as_i64().context("the beacon's round")?;
-        let draw_at: chrono::DateTime<chrono::Utc> = text(&s, "draw_at")?.parse().context("draw_at")?;
-        ensure!(
-            chain.round_at(round) > draw_at,
-            "round {round} was published at {}, not after draw_at {draw_at}",
-            chain.round_at(round)
-        );
-        // The list was fixed before the round was published.
-        let closed_at: chrono::DateTime<chrono::Utc> = text(&s, "closed_at")?.parse().context("closed_at")?;
-        ensure!(
-            closed_at < chain.round_at(round),
-            "the entries closed at {closed_at}, not before round {round} was published ({})",
-            chain.round_at(round)
-        );
-        let randomness = chain
-            .verify(round, text(&s, "signature")?)
-            .map_err(|e| anyhow::anyhow!("the published signature: {e}"))?;
-        ensure!(
-            randomness == text(&s, "randomness")?,
-            "the published randomness is not sha256 of the signature"
-        );
-        Some((chain, round, randomness))
-    };
+    let beacon = checked_beacon(&s)?;
     let published = entries(&http, base, voucher).await?;
     let names: Vec<String> = published.iter().map(|(e, _)| e.clone()).collect();
     ensure!(
