@@ -10,8 +10,9 @@ LOCK (what a query on it reads or writes), in the code outside its
 `#[cfg(test)] mod tests`. Every table a migration creates must have an owner.
 A handler calls the areas' services (`state.sales`, `state.admit`, ...): a file of
 src/http/ that reaches `.handles` (the pools, Redis, the broker: the background
-tasks' own) or the background pool, names `state.pg` or `state.redis`, or opens
-a Redis connection (`.conn()`) is out of place too (src/http/state.rs, which holds
+tasks' own) or the background pool, names `state.pg` or `state.redis`, opens
+a Redis connection (`.conn()`), or calls an area's statements (`repo::`,
+`pg_stock::`, `stored::`) is out of place too (src/http/state.rs, which holds
 the handles for the background tasks, and src/http/idempotency.rs, which owns its
 table, excepted).
 Redis keys and RabbitMQ names are named by `Keys` (src/keys/names.rs); each of its
@@ -109,7 +110,7 @@ def check(root, owners=OWNERS, key_owners=KEY_OWNERS):
             text = re.split(r"#\[cfg\(test\)\]\s*mod tests\s*\{", open(path).read())[0]
             text = re.sub(r"//[^\n]*", "", text)
             if rel.startswith("http" + os.sep) and n not in ("state.rs", "idempotency.rs"):
-                for m in re.finditer(r"\.\s*(?:handles|background_pg)\b|\b(?:state|owned)\s*\.\s*(?:pg|redis)\b|\.conn\(\)", text):
+                for m in re.finditer(r"\.\s*(?:handles|background_pg)\b|\b(?:state|owned)\s*\.\s*(?:pg|redis)\b|\.conn\(\)|\b(?:repo|pg_stock|stored)::", text):
                     problems.append(f"src/{rel} reaches past the services: {m.group(0)}")
             for table, owner in sorted(owners.items()):
                 if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
@@ -137,6 +138,7 @@ def self_test():
         "a handler with a pool": ({"src/http/orders.rs": "fn f(state: &S) { g(&state.pg) }"}, 1),
         "a handler with the handles": ({"src/http/orders.rs": "fn f(state: &S) { g(&state\n    .handles.pg) }"}, 1),
         "a handler with a clone of the state": ({"src/http/orders.rs": "fn f(owned: &S) { g(&owned.handles.pg) }"}, 1),
+        "a handler with an area's statements": ({"src/http/sales.rs": "fn f(tx: &mut T) { repo::get(tx, 1) }"}, 1),
         "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
         "a key in its owner's file": ({"src/voucher/load.rs": "fn f(k: &Keys) { k.stock_at(1, 0, 1); }"}, 0),
         "a key in another area's file": ({"src/worker/a.rs": "fn f(s: &S) { s.keys.stock_at(1, 0, 1); }"}, 1),

@@ -6,7 +6,6 @@ use super::error::ErrorBody;
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use super::vouchers::announce;
 use super::vouchers::sale;
 use super::waiting::frontier_of;
 use crate::admit::advance::{Admitted, Frontier};
@@ -150,7 +149,7 @@ pub async fn set_admit_rate(
     state.admit.set_rate(id, rate).await?;
     state.admit.frontiers.forget(id.get());
     if let Some(v) = state.sales.get(id).await? {
-        announce(&state, &v).await;
+        state.sales.announce(&v).await;
     }
     Ok(web::Json(build_view(&state, id).await?))
 }

@@ -5,10 +5,10 @@ use super::error::ApiError;
 use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use super::vouchers::{announce, voucher_not_found, with_stats};
+use super::vouchers::{voucher_not_found, with_stats};
 use crate::id;
 use crate::voucher::audit::Lookup;
-use crate::voucher::repo;
+use crate::voucher::sales::NotPaused;
 use crate::voucher::view::{LiveSale, OrderCounts, VoucherPage};
 use crate::voucher::Voucher;
 use actix_web::web;
@@ -75,7 +75,7 @@ pub async fn pause(
     _admin: Admin,
     path: web::Path<String>,
 ) -> Result<web::Json<Voucher>, ApiError> {
-    set_paused(&state, (path_id(&path)?).get(), true).await.map(web::Json)
+    set_paused(&state, path_id(&path)?, true).await.map(web::Json)
 }
 
 #[utoipa::path(post, path = "/api/v1/admin/vouchers/{id}/resume", tag = "admin", security(("bearer" = [])),
@@ -88,25 +88,17 @@ pub async fn resume(
     _admin: Admin,
     path: web::Path<String>,
 ) -> Result<web::Json<Voucher>, ApiError> {
-    set_paused(&state, (path_id(&path)?).get(), false).await.map(web::Json)
+    set_paused(&state, path_id(&path)?, false).await.map(web::Json)
 }
 
-/// Committed in Postgres, then announced: this instance's cache at once, the
-/// others by pub/sub or, if that is lost, by their pause check within a second.
+/// [`crate::voucher::Sales::set_paused`]: the other instances learn of it by
+/// pub/sub or, if that is lost, by their pause check within a second.
 /// Idempotent: pausing a paused sale answers 200 as well.
-async fn set_paused(state: &AppState, id: i64, paused: bool) -> Result<Voucher, ApiError> {
-    let mut tx = state.sales.begin().await?;
-    if repo::set_paused(&mut tx, id, paused).await?.is_none() {
-        return Err(match repo::get(&mut *tx, id).await? {
-            Some(_) => not_a_flash_sale(),
-            None => voucher_not_found(),
-        });
-    }
-    let voucher = repo::get(&mut *tx, id).await?.ok_or_else(voucher_not_found)?;
-    tx.commit().await?;
-    tracing::info!(voucher_id = id, paused, "sale paused or resumed");
-    announce(state, &voucher).await;
-    Ok(voucher)
+async fn set_paused(state: &AppState, id: crate::id::VoucherId, paused: bool) -> Result<Voucher, ApiError> {
+    state.sales.set_paused(id, paused).await?.map_err(|not| match not {
+        NotPaused::NotAFlashSale => not_a_flash_sale(),
+        NotPaused::NotFound => voucher_not_found(),
+    })
 }
 
 #[utoipa::path(get, path = "/api/v1/admin/vouchers/{id}/live", operation_id = "live_sale", tag = "admin", security(("bearer" = [])),

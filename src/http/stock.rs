@@ -13,7 +13,7 @@ use super::idempotency::{self, Claim};
 use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use super::vouchers::{announce, voucher_not_found, with_stats};
+use super::vouchers::{voucher_not_found, with_stats};
 use crate::voucher::model::{AddStock, MAX_STOCK};
 use crate::voucher::topup::{NotRecorded, TopUp};
 use crate::voucher::view::{TopUpView, ToppedUp};
@@ -131,7 +131,7 @@ async fn finish(state: &AppState, top_up: TopUp, voucher: Voucher) -> ToppedUp {
             false
         }
     };
-    announce(state, &voucher).await;
+    state.sales.announce(&voucher).await;
     // The numbers may not be readable (Redis away): the top-up stands all the same.
     let stats = with_stats(state, voucher.clone()).await.ok().map(|v| v.stats);
     ToppedUp {

@@ -11,7 +11,6 @@ use super::state::AppState;
 use crate::id;
 use crate::voucher::audit::{Audit, Lookup};
 use crate::voucher::model::{FlashSale, NewVoucher, Voucher};
-use crate::voucher::repo;
 use crate::voucher::stock;
 use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
 use actix_web::http::header;
@@ -83,21 +82,13 @@ pub async fn create(
             }
         }
     }
-    let voucher = repo::insert(&mut tx, &new).await?;
-    if let Some(flash) = &voucher.flash {
-        // Loaded before the commit: a voucher that exists in Postgres always has its
-        // stock in Redis (if Redis is down, nothing is created).
-        state
-            .sales
-            .load(voucher.typed_id(), flash.stock, flash.shards())
-            .await?;
-    }
+    let voucher = state.sales.create(&mut tx, &new).await?;
     let answer = serde_json::to_value(&voucher).map_err(anyhow::Error::from)?;
     if let Some(key) = &key {
         idempotency::answer(&mut *tx, admin, key, StatusCode::CREATED, &answer).await?;
     }
     tx.commit().await?;
-    announce(&state, &voucher).await;
+    state.sales.announce(&voucher).await;
     Ok(created(StatusCode::CREATED, answer))
 }
 
@@ -253,12 +244,4 @@ pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<Vou
         },
     };
     Ok(VoucherWithStats { voucher, stats })
-}
-
-/// This instance's cache learns at once; the others through pub/sub.
-pub(super) async fn announce(state: &AppState, voucher: &Voucher) {
-    state.sales.cache_now(voucher);
-    if let Err(e) = state.sales.publish_change(voucher.typed_id()).await {
-        tracing::warn!(error = %format!("{e:#}"), "could not announce a voucher change; other instances catch up on refresh");
-    }
 }

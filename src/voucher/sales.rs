@@ -3,7 +3,7 @@
 //! books, through it, never through a pool or a Redis connection of its own.
 use super::audit::{self, Lookup};
 use super::live_numbers::{self, RelayState};
-use super::model::Voucher;
+use super::model::{NewVoucher, Voucher};
 use super::stock::{self, Event, Stats};
 use super::topup::{self, NotRecorded, TopUp};
 use super::{cache::VoucherCache, repo};
@@ -15,6 +15,13 @@ use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use std::sync::Arc;
+
+/// Why a sale was not paused or resumed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotPaused {
+    NotFound,
+    NotAFlashSale,
+}
 
 /// The sales area's service: what it needs, held once, for every request (a
 /// clone is one reference more).
@@ -116,6 +123,46 @@ impl Sales {
     /// pub/sub.
     pub fn cache_now(&self, voucher: &Voucher) {
         self.0.cache.put(voucher.clone());
+    }
+
+    /// Makes `voucher` (a new one, or a change) known: this instance's cache at
+    /// once, the others by pub/sub or, if that is lost, by their refresh.
+    pub async fn announce(&self, voucher: &Voucher) {
+        self.cache_now(voucher);
+        if let Err(e) = self.publish_change(voucher.typed_id()).await {
+            tracing::warn!(error = %format!("{e:#}"), "could not announce a voucher change; other instances catch up on refresh");
+        }
+    }
+
+    /// Creates the voucher `new` in the caller's transaction (which may hold more,
+    /// as a request's idempotency key) and, for a flash sale, loads its stock into
+    /// Redis before the caller commits: a voucher that exists in Postgres always
+    /// has its stock in Redis (if Redis is down, nothing is created).
+    pub async fn create(&self, tx: &mut PgConnection, new: &NewVoucher) -> Result<Voucher> {
+        let voucher = repo::insert(&mut *tx, new).await?;
+        if let Some(flash) = &voucher.flash {
+            self.load(voucher.typed_id(), flash.stock, flash.shards()).await?;
+        }
+        Ok(voucher)
+    }
+
+    /// Pauses (or resumes) sale `id`: committed in Postgres, then announced.
+    /// Idempotent: pausing a paused sale is done as well.
+    pub async fn set_paused(&self, id: VoucherId, paused: bool) -> Result<std::result::Result<Voucher, NotPaused>> {
+        let mut tx = self.begin().await?;
+        if repo::set_paused(&mut tx, id.get(), paused).await?.is_none() {
+            return Ok(Err(match repo::get(&mut *tx, id.get()).await? {
+                Some(_) => NotPaused::NotAFlashSale,
+                None => NotPaused::NotFound,
+            }));
+        }
+        let voucher = repo::get(&mut *tx, id.get())
+            .await?
+            .context("a voucher paused is gone")?;
+        tx.commit().await?;
+        tracing::info!(voucher_id = id.get(), paused, "sale paused or resumed");
+        self.announce(&voucher).await;
+        Ok(Ok(voucher))
     }
 
     /// Tells every instance that `voucher` changed.
