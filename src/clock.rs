@@ -46,6 +46,12 @@ impl Clock {
         }
     }
 
+    /// [`Clock::now`] in whole seconds since the Unix epoch (0 before it): the time
+    /// of admission tokens, queue tickets and proof-of-work challenges.
+    pub fn unix_secs(&self) -> u64 {
+        self.now().timestamp().max(0) as u64
+    }
+
     /// Moves a manual clock; other clocks ignore it.
     pub fn set(&self, to: DateTime<Utc>) {
         if let Some(at) = &self.manual {

@@ -19,16 +19,8 @@ use super::addresses::{claim, Cap};
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool, Row};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use seal::{seal_in_background, seal_now};
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 /// A shopper's place, as joining found or made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,7 +10,6 @@
 //! sale `sale`'s queue (`place` absent for an early arrival before the seal), so
 //! that a poll needs no lookup of the place.
 use super::signing::Signer;
-use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -74,9 +73,10 @@ impl Signer {
         sign(&claims, &self.admission)
     }
 
-    /// Checks that `token` lets `user` order `sale` now; `paused_ms`: the sale's
-    /// queue's pauses that ended, in total (0 for a sale without a queue).
-    pub fn check_admission(&self, token: &str, user: i64, sale: i64, paused_ms: i64) -> Result<(), Refused> {
+    /// Checks that `token` lets `user` order `sale` at `now` (unix seconds, the
+    /// process's clock); `paused_ms`: the sale's queue's pauses that ended, in
+    /// total (0 for a sale without a queue).
+    pub fn check_admission(&self, token: &str, user: i64, sale: i64, paused_ms: i64, now: u64) -> Result<(), Refused> {
         let mut v = validation();
         // Checked below, with the pauses since the token was made.
         v.validate_exp = false;
@@ -93,7 +93,7 @@ impl Signer {
             return Err(Refused::Invalid("the admission token is another shopper's"));
         }
         let since = c.paused.map_or(0, |then| (paused_ms - then).max(0) as u64 / 1000);
-        if super::queue::unix_now() > c.exp.saturating_add(since) {
+        if now > c.exp.saturating_add(since) {
             return Err(Refused::Expired);
         }
         Ok(())
@@ -112,15 +112,19 @@ impl Signer {
         sign(&claims, &self.ticket)
     }
 
-    /// The place a ticket holds for `user` in `sale`: `Ok(None)` for an early
-    /// arrival's ticket from before the seal.
-    pub fn read_ticket(&self, ticket: &str, user: i64, sale: i64) -> Result<Option<i64>, Refused> {
-        let data = jsonwebtoken::decode::<TicketClaims>(ticket, &DecodingKey::from_secret(&self.ticket), &validation())
-            .map_err(|e| match e.kind() {
-                ErrorKind::ExpiredSignature => Refused::Expired,
-                _ => Refused::Invalid("not a queue ticket of this service"),
-            })?;
+    /// The place a ticket holds for `user` in `sale` at `now` (unix seconds, the
+    /// process's clock): `Ok(None)` for an early arrival's ticket from before the
+    /// seal.
+    pub fn read_ticket(&self, ticket: &str, user: i64, sale: i64, now: u64) -> Result<Option<i64>, Refused> {
+        let mut v = validation();
+        // Checked below, on the process's clock.
+        v.validate_exp = false;
+        let data = jsonwebtoken::decode::<TicketClaims>(ticket, &DecodingKey::from_secret(&self.ticket), &v)
+            .map_err(|_| Refused::Invalid("not a queue ticket of this service"))?;
         let c = data.claims;
+        if now > c.exp {
+            return Err(Refused::Expired);
+        }
         if c.typ != TICKET {
             return Err(Refused::Invalid("not a queue ticket"));
         }
@@ -139,37 +143,56 @@ mod tests {
     use super::*;
 
     const SECRET: &str = "a secret of at least thirty-two bytes!!";
+    /// The checks' clock (unix seconds): the process's, given to each.
+    const NOW: u64 = 1_800_000_000;
 
     fn later() -> u64 {
-        crate::admit::queue::unix_now() + 60
+        NOW + 60
     }
 
     #[test]
     fn an_admission_token_admits_its_shopper_to_its_sale_only() {
         let s = Signer::new(SECRET);
         let t = s.admission_token(7, 100, later(), None);
-        assert_eq!(s.check_admission(&t, 7, 100, 0), Ok(()));
-        assert!(matches!(s.check_admission(&t, 8, 100, 0), Err(Refused::Invalid(_))));
-        assert!(matches!(s.check_admission(&t, 7, 101, 0), Err(Refused::Invalid(_))));
-        let old = s.admission_token(7, 100, crate::admit::queue::unix_now() - 1, None);
-        assert_eq!(s.check_admission(&old, 7, 100, 0), Err(Refused::Expired));
+        assert_eq!(s.check_admission(&t, 7, 100, 0, NOW), Ok(()));
+        assert!(matches!(
+            s.check_admission(&t, 8, 100, 0, NOW),
+            Err(Refused::Invalid(_))
+        ));
+        assert!(matches!(
+            s.check_admission(&t, 7, 101, 0, NOW),
+            Err(Refused::Invalid(_))
+        ));
+        let old = s.admission_token(7, 100, NOW - 1, None);
+        assert_eq!(s.check_admission(&old, 7, 100, 0, NOW), Err(Refused::Expired));
         // Another secret: forged.
         let forged = Signer::new("another secret of thirty-two bytes!!!").admission_token(7, 100, later(), None);
         assert!(matches!(
-            s.check_admission(&forged, 7, 100, 0),
+            s.check_admission(&forged, 7, 100, 0, NOW),
             Err(Refused::Invalid(_))
         ));
         // A ticket is not an admission token, nor the reverse.
         let ticket = s.ticket(7, 100, Some(3), later());
         assert!(matches!(
-            s.check_admission(&ticket, 7, 100, 0),
+            s.check_admission(&ticket, 7, 100, 0, NOW),
             Err(Refused::Invalid(_))
         ));
-        assert!(matches!(s.read_ticket(&t, 7, 100), Err(Refused::Invalid(_))));
+        assert!(matches!(s.read_ticket(&t, 7, 100, NOW), Err(Refused::Invalid(_))));
         assert!(matches!(
-            s.check_admission("garbage", 7, 100, 0),
+            s.check_admission("garbage", 7, 100, 0, NOW),
             Err(Refused::Invalid(_))
         ));
+    }
+
+    /// A ticket is read on the clock it is given: good through the second its
+    /// `exp` names, expired after.
+    #[test]
+    fn a_ticket_expires_on_the_clock_it_is_read_with() {
+        let s = Signer::new(SECRET);
+        let t = s.ticket(7, 100, Some(3), NOW);
+        assert_eq!(s.read_ticket(&t, 7, 100, NOW), Ok(Some(3)));
+        assert_eq!(s.read_ticket(&t, 7, 100, NOW + 1), Err(Refused::Expired));
+        assert!(matches!(s.read_ticket(&t, 8, 100, NOW), Err(Refused::Invalid(_))));
     }
 
     /// A queue's token is good longer by the sale's pauses after it was made (and
@@ -177,29 +200,36 @@ mod tests {
     #[test]
     fn a_pause_after_the_token_lengthens_it() {
         let s = Signer::new(SECRET);
-        let now = crate::admit::queue::unix_now();
+        let now = NOW;
         // Made when the queue had been paused 5 s in all, 10 s ago by its `exp`.
         let t = s.admission_token(7, 100, now - 10, Some(5_000));
-        assert_eq!(s.check_admission(&t, 7, 100, 5_000), Err(Refused::Expired));
+        assert_eq!(s.check_admission(&t, 7, 100, 5_000, NOW), Err(Refused::Expired));
         assert_eq!(
-            s.check_admission(&t, 7, 100, 14_000),
+            s.check_admission(&t, 7, 100, 14_000, NOW),
             Err(Refused::Expired),
             "9 s of pause"
         );
-        assert_eq!(s.check_admission(&t, 7, 100, 20_000), Ok(()), "15 s of pause since");
+        assert_eq!(
+            s.check_admission(&t, 7, 100, 20_000, NOW),
+            Ok(()),
+            "15 s of pause since"
+        );
         // Fewer pauses than it names (a stale cache): never shorter than its exp.
         let fresh = s.admission_token(7, 100, later(), Some(5_000));
-        assert_eq!(s.check_admission(&fresh, 7, 100, 0), Ok(()));
+        assert_eq!(s.check_admission(&fresh, 7, 100, 0, NOW), Ok(()));
         let raffle = s.admission_token(7, 100, now - 10, None);
-        assert_eq!(s.check_admission(&raffle, 7, 100, 60_000), Err(Refused::Expired));
+        assert_eq!(s.check_admission(&raffle, 7, 100, 60_000, NOW), Err(Refused::Expired));
     }
 
     #[test]
     fn a_ticket_reads_back_its_place_for_its_shopper_and_sale() {
         let s = Signer::new(SECRET);
-        assert_eq!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 100), Ok(Some(3)));
-        assert_eq!(s.read_ticket(&s.ticket(7, 100, None, later()), 7, 100), Ok(None));
-        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 8, 100).is_err());
-        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 9).is_err());
+        assert_eq!(
+            s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 100, NOW),
+            Ok(Some(3))
+        );
+        assert_eq!(s.read_ticket(&s.ticket(7, 100, None, later()), 7, 100, NOW), Ok(None));
+        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 8, 100, NOW).is_err());
+        assert!(s.read_ticket(&s.ticket(7, 100, Some(3), later()), 7, 9, NOW).is_err());
     }
 }

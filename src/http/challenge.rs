@@ -9,7 +9,6 @@ use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavail
 use super::state::AppState;
 use super::vouchers::sale;
 use crate::admit::pow::Challenge;
-use crate::admit::queue::unix_now;
 use crate::voucher::model::FlashSale;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest};
@@ -92,10 +91,13 @@ fn check(
         return Err(crate::admit::pow::Refused::Missing);
     };
     let payload = payload.to_str().unwrap_or_default();
-    state
-        .admit
-        .signer
-        .check_solution(payload, sale, user, i64::from(flash.pow_difficulty), unix_now())
+    state.admit.signer.check_solution(
+        payload,
+        sale,
+        user,
+        i64::from(flash.pow_difficulty),
+        state.clock.unix_secs(),
+    )
 }
 
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/challenge", tag = "admission", security(("bearer" = [])),
@@ -125,6 +127,6 @@ pub async fn challenge(
         id.get(),
         caller.user_id,
         i64::from(flash.pow_difficulty),
-        unix_now(),
+        state.clock.unix_secs(),
     )))
 }

@@ -105,7 +105,7 @@ fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused
     state
         .admit
         .signer
-        .check_admission(token, user, voucher, paused_ms)
+        .check_admission(token, user, voucher, paused_ms, state.clock.unix_secs())
         .map_err(|refused| match refused {
             Refused::Expired => ApiError::new(
                 StatusCode::FORBIDDEN,

@@ -15,7 +15,7 @@ use crate::admit::raffle::{Entered, Summary};
 use crate::admit::Mode;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{Duration, Utc};
+use chrono::Duration;
 use serde_json::Value;
 
 pub use bodies::{BeaconRound, EntriesQuery, EntryPage, MyEntry};
@@ -76,7 +76,7 @@ pub async fn enter_raffle(
     if state.admit.raffle_entry(id, caller.user()).await?.is_some() {
         return Ok(HttpResponse::Ok().json(mine(&state, id, caller.user(), &flash).await?));
     }
-    if flash.draw_at.is_some_and(|at| Utc::now() >= at) {
+    if flash.draw_at.is_some_and(|at| state.clock.now() >= at) {
         return Err(closed());
     }
     match proof {
@@ -118,7 +118,7 @@ async fn mine(
         admission_token: None,
         admission_expires_at: None,
     };
-    let now = Utc::now();
+    let now = state.clock.now();
     if won == Some(true) && now < flash.end_at {
         let exp = (now + Duration::seconds(WINNER_TOKEN_SECS)).min(flash.end_at);
         me.admission_token = Some(state.admit.signer.admission_token(

@@ -73,7 +73,7 @@ async fn status(
     user: crate::id::UserId,
     place: Option<i64>,
 ) -> Result<QueueStatus, ApiError> {
-    let now = Utc::now();
+    let now = state.clock.now();
     let f = frontier_of(state, voucher, flash).await?;
     // Drawn since the ticket was made: look the place up once.
     let place = match place {
@@ -158,7 +158,7 @@ pub async fn join_queue(
     if flash.admission != Mode::Queue {
         return Err(not_a_queue());
     }
-    if Utc::now() >= flash.end_at {
+    if state.clock.now() >= flash.end_at {
         return Err(ApiError::conflict("sale_ended", "the sale has ended"));
     }
     // A proof of work sent is checked first: a forged one costs no query.
@@ -220,11 +220,12 @@ pub async fn queue_me(
     }
     let from_ticket = match req.headers().get(TICKET_HEADER) {
         None => None,
-        Some(t) => match state
-            .admit
-            .signer
-            .read_ticket(t.to_str().unwrap_or_default(), caller.user_id, id.get())
-        {
+        Some(t) => match state.admit.signer.read_ticket(
+            t.to_str().unwrap_or_default(),
+            caller.user_id,
+            id.get(),
+            state.clock.unix_secs(),
+        ) {
             Ok(place) => Some(place),
             // An old ticket says nothing wrong: look the place up.
             Err(crate::admit::token::Refused::Expired) => None,

@@ -178,3 +178,63 @@ async fn the_payment_window_of_an_order_admitted_by_a_skewed_instance_starts_whe
     behind.shutdown().await;
     app.shutdown().await;
 }
+
+/// Admission reads the instance's clock, as the order path does: an instance
+/// whose clock is past a sale's end answers its queue `closed` (with or without
+/// the shopper's ticket) and takes no order with a token made by the fleet; an
+/// instance with the true time admits and sells. (When the queue read the system
+/// time, the instance ahead answered `admitted` with a token its own order path
+/// then refused as `sale_ended`.)
+#[tokio::test]
+async fn an_instance_whose_clock_is_past_the_end_closes_the_queue_with_its_orders() {
+    use crate::admission::{admitted, call_with, order_with, sale_with};
+    let ns = Namespace::new().await;
+    let app = TestApp::spawn(&ns).await;
+    let now = Utc::now();
+    let v = sale_with(
+        &app,
+        5,
+        now - chrono::Duration::seconds(1),
+        now + chrono::Duration::minutes(10),
+        serde_json::json!({"admission": "queue", "admit_rate": 1000}),
+    )
+    .await;
+    let ahead = TestApp::builder(&ns)
+        .env("SECKILL_MAX_CLOCK_SKEW_MS", "0")
+        .clock(Clock::skewed(chrono::Duration::minutes(30)))
+        .api_only()
+        .spawn()
+        .await;
+    let (status, body) = crate::admission::join(&app, v, 1, &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let ticket = body["ticket"].as_str().unwrap().to_owned();
+    let on_time = admitted(&app, v, 1).await;
+    let token = on_time["admission_token"].as_str().unwrap().to_owned();
+    // The instance ahead: past the end by its clock, so closed (the ticket, good
+    // until a minute after the end, has expired by that clock too).
+    for headers in [vec![], vec![("X-Queue-Ticket", ticket.as_str())]] {
+        let (status, body) = call_with(
+            &ahead.client,
+            &ahead.addr,
+            reqwest::Method::GET,
+            &format!("/api/v1/vouchers/{v}/queue/me"),
+            &ahead.shopper(1),
+            &headers,
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, body["state"].as_str()),
+            (StatusCode::OK, Some("closed")),
+            "{body}"
+        );
+    }
+    let (status, body) = order_with(&ahead, v, 1, Some(&token)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(crate::admission::code(&body), "sale_ended", "{body}");
+    // The instance on time sells to the same shopper with the same token.
+    let (status, body) = order_with(&app, v, 1, Some(&token)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    ahead.shutdown().await;
+    app.shutdown().await;
+}
