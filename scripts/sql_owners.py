@@ -12,7 +12,7 @@ A handler calls the areas' services (`state.sales`, `state.admit`, ...): a file 
 src/http/ that reaches `.handles` (the pools, Redis, the broker: the background
 tasks' own) or the background pool, names `state.pg` or `state.redis`, opens
 a Redis connection (`.conn()`), or calls an area's statements (`repo::`,
-`pg_stock::`, `stored::`) is out of place too (src/http/state.rs, which holds
+`pg_stock::`, `stored::`, `topup::`, `sql::` functions) is out of place too (src/http/state.rs, which holds
 the handles for the background tasks, and src/http/idempotency.rs, which owns its
 table, excepted).
 Redis keys and RabbitMQ names are named by `Keys` (src/keys/names.rs); each of its
@@ -96,7 +96,7 @@ def check(root, owners=OWNERS, key_owners=KEY_OWNERS):
     problems += [f"table {t} (created by a migration) has no owner in scripts/sql_owners.py" for t in sorted(created - set(owners))]
     problems += [f"owner {o} of {t} is not a name of the layout in src/lib.rs" for t, o in sorted(owners.items()) if o not in modules]
     names = os.path.join(src, "keys", "names.rs")
-    methods = [m for m in re.findall(r"pub fn (\w+)", open(names).read()) if m not in NOT_KEYS] if os.path.exists(names) else []
+    methods = [m for m in re.findall(r"pub(?:\([a-z]+\))?\s+(?:const\s+|async\s+)*fn\s+(\w+)", open(names).read()) if m not in NOT_KEYS] if os.path.exists(names) else []
     problems += [f"key {m} (a method of Keys) has no owner in scripts/sql_owners.py" for m in methods if m not in key_owners]
     problems += [f"owner {o} of key {k} is not a name of the layout in src/lib.rs" for k, os_ in sorted(key_owners.items()) for o in os_ if o not in modules]
     named = re.compile(r"(?:\b(?:keys(?:\(\))?|k)\s*\.\s*|\bKeys::)(" + "|".join(methods or ["$^"]) + r")\(")
@@ -110,7 +110,7 @@ def check(root, owners=OWNERS, key_owners=KEY_OWNERS):
             text = re.split(r"#\[cfg\(test\)\]\s*mod tests\s*\{", open(path).read())[0]
             text = re.sub(r"//[^\n]*", "", text)
             if rel.startswith("http" + os.sep) and n not in ("state.rs", "idempotency.rs"):
-                for m in re.finditer(r"\.\s*(?:handles|background_pg)\b|\b(?:state|owned)\s*\.\s*(?:pg|redis)\b|\.conn\(\)|\b(?:repo|pg_stock|stored)::", text):
+                for m in re.finditer(r"\.\s*(?:handles|background_pg)\b|\b(?:state|owned)\s*\.\s*(?:pg|redis)\b|\.conn\(\)|\b(?:repo|pg_stock|stored|topup|sql)::[a-z_]+\s*\(", text):
                     problems.append(f"src/{rel} reaches past the services: {m.group(0)}")
             for table, owner in sorted(owners.items()):
                 if top not in modules.get(owner, set()) and re.search(SQL_BEFORE + table + r"\b", text):
@@ -139,11 +139,13 @@ def self_test():
         "a handler with the handles": ({"src/http/orders.rs": "fn f(state: &S) { g(&state\n    .handles.pg) }"}, 1),
         "a handler with a clone of the state": ({"src/http/orders.rs": "fn f(owned: &S) { g(&owned.handles.pg) }"}, 1),
         "a handler with an area's statements": ({"src/http/sales.rs": "fn f(tx: &mut T) { repo::get(tx, 1) }"}, 1),
+        "a handler with an area's type": ({"src/http/stock.rs": "use a::topup::{NotRecorded, TopUp};"}, 0),
         "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
         "a key in its owner's file": ({"src/voucher/load.rs": "fn f(k: &Keys) { k.stock_at(1, 0, 1); }"}, 0),
         "a key in another area's file": ({"src/worker/a.rs": "fn f(s: &S) { s.keys.stock_at(1, 0, 1); }"}, 1),
         "a key named statically elsewhere": ({"src/worker/a.rs": "fn f() { Keys::stock_at(1, 0, 1); }"}, 1),
         "a key with no owner": ({"src/keys/names.rs": "pub fn new() {}\npub fn stock_at() {}\npub fn unowned() {}"}, 1),
+        "a const key with no owner": ({"src/keys/names.rs": "pub fn new() {}\npub fn stock_at() {}\npub const fn unowned() {}"}, 1),
         "a method of another type": ({"src/worker/a.rs": "fn f(m: &M) { m.stock_at(1); }"}, 0),
     }
     for name, (tree, want) in cases.items():

@@ -52,7 +52,8 @@
 //!   the reconnect loop.
 //! - base values: `clock`, `clock_skew`, `id`, `validate`: the one source of
 //!   "now" and how far it is from Postgres's, ids as JSON strings and the id
-//!   types the services take ([`id::VoucherId`], [`id::UserId`]), request bodies
+//!   types the services take ([`id::VoucherId`], [`id::UserId`], [`id::OrderId`],
+//!   and [`id::OrderKey`], what tells one order from another), request bodies
 //!   checked field by field.
 pub mod admit;
 pub mod app;

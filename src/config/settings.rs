@@ -103,7 +103,7 @@ pub struct Pipeline {
     /// `2 × relay_batch − 1` of them (one message if the round read fewer).
     pub relay_batch: usize,
     /// How long the relay lets orders gather after a round that found less than a
-    /// full batch (`SECKILL_RELAY_LINGER_MS`, default 50; 0: none).
+    /// full batch (`SECKILL_RELAY_LINGER_MS`, default 100; 0: none).
     pub relay_linger: Duration,
     /// How long an outbox entry may stay unacknowledged before another relay claims it.
     pub relay_claim_idle: Duration,

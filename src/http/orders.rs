@@ -6,7 +6,6 @@ use super::error::ErrorBody;
 use super::path::{path_id, path_order_id};
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-
 use crate::order::{Accepted, Order};
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};

@@ -12,7 +12,7 @@ use crate::id::VoucherId;
 use crate::keys::Keys;
 use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use std::sync::Arc;
 
@@ -156,9 +156,9 @@ impl Sales {
                 None => NotPaused::NotFound,
             }));
         }
-        let voucher = repo::get(&mut *tx, id.get())
-            .await?
-            .context("a voucher paused is gone")?;
+        let Some(voucher) = repo::get(&mut *tx, id.get()).await? else {
+            return Ok(Err(NotPaused::NotFound));
+        };
         tx.commit().await?;
         tracing::info!(voucher_id = id.get(), paused, "sale paused or resumed");
         self.announce(&voucher).await;
@@ -209,9 +209,9 @@ impl Sales {
             Ok(top_up) => top_up,
             Err(not) => return Ok(Err(not)),
         };
-        let voucher = repo::get(&mut *tx, id.get())
-            .await?
-            .context("a voucher topped up is gone")?;
+        let Some(voucher) = repo::get(&mut *tx, id.get()).await? else {
+            return Ok(Err(NotRecorded::NotFound));
+        };
         Ok(Ok((top_up, voucher)))
     }
 

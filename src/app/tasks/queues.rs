@@ -3,12 +3,11 @@
 //! made it).
 use crate::admit::Mode;
 use crate::http::state::AppState;
-use chrono::Utc;
 
 /// Advances every queue sale running now (begun, not ended) that this instance
 /// knows, as far as its rate allows; what fails is tried on the next tick.
 pub(super) async fn advance_running_queues(state: &AppState) {
-    let now = Utc::now();
+    let now = state.clock.now();
     for entry in state.sales.flash_sales() {
         let Some(flash) = entry.voucher.flash.as_ref() else {
             continue;
