@@ -46,7 +46,7 @@ pub struct Args {
 type Hist = Histogram<u64>;
 
 pub async fn run(args: Args, settings: &Settings) -> Result<()> {
-    let keys = JwtKeys::new(settings.jwt_secret.expose());
+    let keys = JwtKeys::new(settings.auth.jwt_secret.expose());
     let admin = keys.mint(1, Role::Admin, 3600);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency)

@@ -23,17 +23,17 @@ pub struct LockArgs {
 pub async fn run_lock(args: LockArgs, settings: &Settings) -> Result<()> {
     use seckill::lock::LockService;
     let redis = seckill::redis_conn::Redis::new(
-        settings.redis_url.expose(),
-        settings.redis_cluster,
-        settings.dependency_timeout,
+        settings.services.redis_url.expose(),
+        settings.services.redis_cluster,
+        settings.services.dependency_timeout,
     )?;
-    let ns = format!("{}-lockbench-{}", settings.namespace, std::process::id());
+    let ns = format!("{}-lockbench-{}", settings.services.namespace, std::process::id());
     let stop = tokio_util::sync::CancellationToken::new();
     let locks = LockService::start(
         redis.clone(),
         seckill::keys::Keys::new(&ns),
         "bench",
-        settings.lock_lease,
+        settings.guards.lock_lease,
         stop.clone(),
     );
     let lease = Some(Duration::from_secs(10));

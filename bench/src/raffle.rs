@@ -65,7 +65,7 @@ async fn summary(client: &reqwest::Client, base: &str, v: i64) -> Result<Value> 
 }
 
 pub async fn run(args: RaffleArgs, settings: &Settings) -> Result<()> {
-    let keys = JwtKeys::new(settings.jwt_secret.expose());
+    let keys = JwtKeys::new(settings.auth.jwt_secret.expose());
     let admin = keys.mint(1, Role::Admin, 3600);
     let client = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     let base = args.url.trim_end_matches('/').to_owned();
@@ -80,7 +80,7 @@ pub async fn run(args: RaffleArgs, settings: &Settings) -> Result<()> {
     };
     let v = sale(&client, &base, &admin, body(draw_at, draw_at)).await?;
     let open = sale(&client, &base, &admin, body(now + hour, now + hour)).await?;
-    let pg = sqlx::PgPool::connect(settings.database_url.expose()).await?;
+    let pg = sqlx::PgPool::connect(settings.services.database_url.expose()).await?;
     let started = Instant::now();
     sqlx::query(
         "INSERT INTO raffle_entries (voucher_id, user_id, entry)

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// `INFO commandstats` as command -> calls.
 pub(crate) async fn command_stats(settings: &Settings) -> Result<BTreeMap<String, u64>> {
-    let client = redis::Client::open(settings.redis_url.expose())?;
+    let client = redis::Client::open(settings.services.redis_url.expose())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let info: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
     Ok(parse_command_stats(&info))
@@ -25,11 +25,11 @@ pub fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
 /// Script calls (EVALSHA + EVAL) so far on each master of a Redis Cluster, by
 /// address; fails on a single node (there the one server runs them all).
 pub(crate) async fn master_script_calls(settings: &Settings) -> Result<BTreeMap<String, u64>> {
-    if !settings.redis_cluster {
+    if !settings.services.redis_cluster {
         bail!("not a cluster");
     }
     let mut out = BTreeMap::new();
-    for url in settings.redis_url.expose().split(',') {
+    for url in settings.services.redis_url.expose().split(',') {
         let client = redis::Client::open(url.trim())?;
         let mut conn = client.get_multiplexed_async_connection().await?;
         let role: String = redis::cmd("INFO").arg("replication").query_async(&mut conn).await?;
