@@ -99,29 +99,7 @@ pub fn run(cli: Cli) -> Result<()> {
         count,
     } = cli.command
     {
-        let settings = Settings::from_env()?;
-        if settings.auth.jwt_secret_is_dev {
-            eprintln!("warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret");
-        }
-        anyhow::ensure!(user > 0, "--user must be a positive id");
-        let role = match role {
-            None => Role::Shopper,
-            Some(RoleArg::Admin) => Role::Admin,
-            Some(RoleArg::Service) => Role::Service,
-        };
-        let keys = JwtKeys::from_settings(&settings.auth);
-        // Never mint what the server refuses.
-        anyhow::ensure!(
-            ttl_secs <= keys.max_ttl_secs(),
-            "--ttl-secs {ttl_secs} is longer than the server accepts (SECKILL_JWT_MAX_TTL_SECS = {})",
-            keys.max_ttl_secs()
-        );
-        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        for u in user..user.saturating_add(count as i64) {
-            use std::io::Write;
-            writeln!(out, "{}", keys.mint(u, role, ttl_secs))?;
-        }
-        return Ok(());
+        return mint_tokens(user, role, ttl_secs, count);
     }
     if let Command::Raffle {
         action: RaffleAction::Verify { voucher, url },
@@ -160,6 +138,34 @@ pub fn run(cli: Cli) -> Result<()> {
         };
         Application::build(settings, mode).await?.run_until_stopped().await
     })
+}
+
+/// `seckill token`: `count` tokens for the users from `user` on, as the server
+/// would accept them (never longer-lived than it takes).
+fn mint_tokens(user: i64, role: Option<RoleArg>, ttl_secs: u64, count: u32) -> Result<()> {
+    let settings = Settings::from_env()?;
+    if settings.auth.jwt_secret_is_dev {
+        eprintln!("warning: SECKILL_JWT_SECRET is not set; signing with the DEVELOPMENT secret");
+    }
+    anyhow::ensure!(user > 0, "--user must be a positive id");
+    let role = match role {
+        None => Role::Shopper,
+        Some(RoleArg::Admin) => Role::Admin,
+        Some(RoleArg::Service) => Role::Service,
+    };
+    let keys = JwtKeys::from_settings(&settings.auth);
+    // Never mint what the server refuses.
+    anyhow::ensure!(
+        ttl_secs <= keys.max_ttl_secs(),
+        "--ttl-secs {ttl_secs} is longer than the server accepts (SECKILL_JWT_MAX_TTL_SECS = {})",
+        keys.max_ttl_secs()
+    );
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for u in user..user.saturating_add(count as i64) {
+        use std::io::Write;
+        writeln!(out, "{}", keys.mint(u, role, ttl_secs))?;
+    }
+    Ok(())
 }
 
 /// `seckill outbox-formats`.

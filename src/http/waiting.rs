@@ -53,6 +53,25 @@ pub struct QueueStatus {
     pub turn_ends_at: Option<DateTime<Utc>>,
 }
 
+impl QueueStatus {
+    /// `place` (with its `ticket`) waiting behind frontier `f`, as far as is
+    /// known before its turn is looked at.
+    fn waiting(ticket: String, place: Option<i64>, f: &Frontier) -> Self {
+        Self {
+            ticket,
+            state: "waiting".into(),
+            place,
+            position: None,
+            admitted_upto: f.admitted,
+            admit_rate: f.admit_rate,
+            estimated_wait_secs: None,
+            held: f.held,
+            admission_token: None,
+            turn_ends_at: None,
+        }
+    }
+}
+
 fn not_a_queue() -> ApiError {
     ApiError::conflict("not_a_queue", "this sale has no queue (its admission is not `queue`)")
 }
@@ -81,18 +100,8 @@ async fn status(
         p => p,
     };
     let exp = flash.end_at.timestamp().max(0) as u64 + 60;
-    let mut s = QueueStatus {
-        ticket: state.admit.signer.ticket(user.get(), voucher.id, place, exp),
-        state: "waiting".into(),
-        place,
-        position: None,
-        admitted_upto: f.admitted,
-        admit_rate: f.admit_rate,
-        estimated_wait_secs: None,
-        held: f.held,
-        admission_token: None,
-        turn_ends_at: None,
-    };
+    let ticket = state.admit.signer.ticket(user.get(), voucher.id, place, exp);
+    let mut s = QueueStatus::waiting(ticket, place, &f);
     let Some(place) = place else {
         s.state = "waiting_for_start".into();
         return Ok(s);

@@ -81,17 +81,7 @@ pub async fn settle(
         // from it; and the ids so held, by whichever order.
         let stored = existing(tx, &ids).await?;
         let held: HashSet<OrderId> = stored.iter().map(|k| k.id).collect();
-        let nos: Vec<String> = skipped
-            .iter()
-            .filter_map(|(o, _)| numbered.get(&o.key()).cloned())
-            .collect();
-        let taken_nos: HashSet<String> =
-            sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE order_no = ANY($1)")
-                .bind(&nos)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
+        let taken_nos = taken_numbers(tx, &skipped, &numbered).await?;
         let mut retry = Columns::default();
         let mut renumber = Vec::new();
         for (o, failure) in skipped {
@@ -128,6 +118,24 @@ pub async fn settle(
     }
     s.inserted.retain(|_, status| status != "duplicate");
     Ok(s)
+}
+
+/// The business numbers given to `skipped` that a stored order holds already
+/// (numbers issued twice).
+async fn taken_numbers(
+    tx: &mut PgConnection,
+    skipped: &[&Row],
+    numbered: &HashMap<OrderKey, String>,
+) -> Result<HashSet<String>, sqlx::Error> {
+    let nos: Vec<String> = skipped
+        .iter()
+        .filter_map(|(o, _)| numbered.get(&o.key()).cloned())
+        .collect();
+    let taken: Vec<String> = sqlx::query_scalar("SELECT order_no FROM voucher_orders WHERE order_no = ANY($1)")
+        .bind(&nos)
+        .fetch_all(&mut *tx)
+        .await?;
+    Ok(taken.into_iter().collect())
 }
 
 /// Gives `renumber` (orders whose business numbers were taken: issued twice)
