@@ -22,7 +22,7 @@
 //! closed by the script itself.
 use crate::keys::Keys;
 use crate::recovery::Recovery;
-use crate::redis_conn::Redis;
+use crate::redis_conn::{Conn, Redis};
 use crate::voucher::repo;
 use crate::voucher::stock::{self, Event};
 use anyhow::{Context, Result};
@@ -117,40 +117,7 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, recovery: &Recovery,
         return Ok(false);
     }
     let mut conn = redis.conn().await?;
-    // 1 if some shard added its part now, 0 if every part was added before, < 0 if a
-    // shard refused (the parts added stay; the repair overwrites them all).
-    let mut r = 0;
-    for (k, part) in crate::keys::split(t.units as i64, shards).into_iter().enumerate() {
-        if part == 0 {
-            continue;
-        }
-        let k = k as u32;
-        let tag = crate::keys::shard_tag(t.voucher_id, k, shards);
-        let (one, seq): (i64, i64) = TOPUP
-            .key(keys.stock_at(t.voucher_id, k, shards))
-            .key(keys.topups_at(t.voucher_id, k, shards))
-            .key(keys.seq_at(t.voucher_id, k, shards))
-            .arg(t.id)
-            .arg(part)
-            .arg(recovery.floors.get(&tag))
-            .invoke_async(&mut conn)
-            .await
-            .context("stock_topup.lua")?;
-        if one < 0 {
-            r = one;
-            recovery.lost(
-                t.voucher_id,
-                if one == -4 {
-                    "a shard went back in time (a top-up found it behind)"
-                } else {
-                    "a shard's stock is missing in Redis (a top-up found it)"
-                },
-            );
-            break;
-        }
-        recovery.floors.raise(&tag, seq);
-        r = r.max(one);
-    }
+    let r = add_parts(&mut conn, keys, recovery, &t, shards).await?;
     if r < 0 {
         tracing::warn!(
             top_up = id,
@@ -173,6 +140,46 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, recovery: &Recovery,
         }
     }
     Ok(true)
+}
+
+/// Adds each shard's part of top-up `t` (`lua/stock_topup.lua`, once per shard
+/// and top-up). 1 if some shard added its part now, 0 if every part was added
+/// before, < 0 if a shard refused (the parts added stay; the repair overwrites
+/// them all): its repair is asked for.
+async fn add_parts(conn: &mut Conn, keys: &Keys, recovery: &Recovery, t: &TopUp, shards: u32) -> Result<i64> {
+    let mut r = 0;
+    for (k, part) in crate::keys::split(t.units as i64, shards).into_iter().enumerate() {
+        if part == 0 {
+            continue;
+        }
+        let k = k as u32;
+        let tag = crate::keys::shard_tag(t.voucher_id, k, shards);
+        let (one, seq): (i64, i64) = TOPUP
+            .key(keys.stock_at(t.voucher_id, k, shards))
+            .key(keys.topups_at(t.voucher_id, k, shards))
+            .key(keys.seq_at(t.voucher_id, k, shards))
+            .arg(t.id)
+            .arg(part)
+            .arg(recovery.floors.get(&tag))
+            .invoke_async(conn)
+            .await
+            .context("stock_topup.lua")?;
+        if one < 0 {
+            r = one;
+            recovery.lost(
+                t.voucher_id,
+                if one == -4 {
+                    "a shard went back in time (a top-up found it behind)"
+                } else {
+                    "a shard's stock is missing in Redis (a top-up found it)"
+                },
+            );
+            break;
+        }
+        recovery.floors.raise(&tag, seq);
+        r = r.max(one);
+    }
+    Ok(r)
 }
 
 /// Finishes top-ups pending for longer than `min_age`. Returns how many it finished.
