@@ -55,16 +55,9 @@ impl Relay {
         }
     }
 
-    /// Reads the outboxes: one XREADGROUP per hash slot (one XREADGROUP may only
-    /// name streams of one slot on a cluster), at once and without blocking when
-    /// there are several (a blocked read would hold up the others on its node's
-    /// connection; an idle round sleeps a short poll instead).
-    pub(super) async fn read(
-        &self,
-        conn: &mut crate::redis_conn::Conn,
-        streams: &[String],
-        read: Read,
-    ) -> Result<Option<StreamReadReply>> {
+    /// `streams` grouped by hash slot, in the order met (one group, slot 0, on a
+    /// single Redis).
+    fn by_slot(&self, streams: &[String]) -> Vec<(u16, Vec<String>)> {
         let mut by_slot: Vec<(u16, Vec<String>)> = Vec::new();
         for s in streams {
             let slot = if self.redis.is_cluster() {
@@ -77,6 +70,20 @@ impl Relay {
                 None => by_slot.push((slot, vec![s.clone()])),
             }
         }
+        by_slot
+    }
+
+    /// Reads the outboxes: one XREADGROUP per hash slot (one XREADGROUP may only
+    /// name streams of one slot on a cluster), at once and without blocking when
+    /// there are several (a blocked read would hold up the others on its node's
+    /// connection; an idle round sleeps a short poll instead).
+    pub(super) async fn read(
+        &self,
+        conn: &mut crate::redis_conn::Conn,
+        streams: &[String],
+        read: Read,
+    ) -> Result<Option<StreamReadReply>> {
+        let by_slot = self.by_slot(streams);
         let block = by_slot.len() == 1;
         let reread: HashSet<u16> = self.memory.reread.lock().expect("reread poisoned").clone();
         let replies = futures::future::join_all(by_slot.iter().map(|(slot, group)| {
