@@ -140,6 +140,7 @@ def self_test():
         "a handler with a clone of the state": ({"src/http/orders.rs": "fn f(owned: &S) { g(&owned.handles.pg) }"}, 1),
         "a handler with an area's statements": ({"src/http/sales.rs": "fn f(tx: &mut T) { repo::get(tx, 1) }"}, 1),
         "a handler with an area's type": ({"src/http/stock.rs": "use a::topup::{NotRecorded, TopUp};"}, 0),
+        "a handler recording a top-up": ({"src/http/stock.rs": "fn f(tx: &mut T) { topup::record(tx, 1, 2) }"}, 1),
         "a handler with a service": ({"src/http/orders.rs": "fn f(state: &S) { state.sales.get(1) }"}, 0),
         "a key in its owner's file": ({"src/voucher/load.rs": "fn f(k: &Keys) { k.stock_at(1, 0, 1); }"}, 0),
         "a key in another area's file": ({"src/worker/a.rs": "fn f(s: &S) { s.keys.stock_at(1, 0, 1); }"}, 1),
