@@ -8,28 +8,34 @@
 -- KEYS[4] outbox    the shard's outbox stream, read by the relay: one entry per call
 --                   that accepted any order, fields `v` the voucher id, `b` the
 --                   accepted orders as "id,user,created_ms,id,user,created_ms,..."
---                   and `s` the shard's sequence after the call; from format 2 on,
---                   field `f` the format (src/outbox/format.rs)
--- KEYS[5] seq       the shard's sequence (see src/recovery/): gen * 2^32 + writes
+--                   `s` the shard's sequence after the call and `h` the name of its
+--                   write (lua/history.lua); from format 2 on, field `f` the format
+--                   (src/outbox/format.rs)
+-- KEYS[5] seq       the shard's sequence, KEYS[6] hist its writes' names (see
+--                   lua/history.lua, which this script follows)
 -- ARGV[1] voucher id
--- ARGV[2] the caller's floor: the highest sequence of this shard it has seen
--- ARGV[3] the outbox entry's `b` for the call's orders, all of them, in order
+-- ARGV[2] the sequences of the caller's points of the shard ("s1,s2,...")
+-- ARGV[3] their names (8 bytes each, in order)
+-- ARGV[4] the name of this call's write (8 bytes the caller drew)
+-- ARGV[5] the outbox entry's `b` for the call's orders, all of them, in order
 --         (what the entry holds when every order is accepted; the caller builds
 --         it from the same orders as the marks)
--- ARGV[4] the outbox format to write: 1 (no `f` field) or newer (stamped in `f`);
+-- ARGV[6] the outbox format to write: 1 (no `f` field) or newer (stamped in `f`);
 --         the caller writes only a format every live relay reads
 -- then for each order two values: the user id and its mark, "order_id:created_ms"
 --
--- Returns {status, seq, replies...}:
+-- Returns {status, seq, wrote, replies...}:
 --   status 1: one reply per order follows, in order: the stock left after it
 --     (>= 0) when accepted, or -1 sold out, {-2, order id} the shopper already has
 --     an order (its id: the shopper learns it without another round trip; also when
 --     the shopper's first order is earlier in this batch); seq is the sequence after
---     the call (unchanged if it admitted nothing);
---   status 0: the shard is behind the caller's floor: it went back in time and lost
---     writes someone saw. The script closes it (drops the stock key, so that no
---     caller sells from it, whatever its floor) and writes nothing else; seq is the
---     sequence it found;
+--     the call, wrote 1 if the call wrote (its write at seq bears ARGV[4]'s name),
+--     0 if it admitted nothing (seq unchanged);
+--   status 0: the shard no longer holds a point of the caller's: it went back in
+--     time and lost writes someone saw (or holds another history of the same
+--     length). The script closes it (drops the stock key, so that no caller sells
+--     from it, whatever it knows) and writes nothing else; seq is the sequence it
+--     found;
 --   status -1: the shard's stock is not loaded (Redis lost it, or a repair closed
 --     it): the caller must refuse rather than sell from nothing.
 --
@@ -45,7 +51,7 @@
 --
 -- Nothing is written before every order is decided, and the writes come in the
 -- order of a single order's script: the decrement, the marks, the count, the
--- outbox entry, then the sequence. A stock that is not an integer, or a call of
+-- outbox entry, then the write's name and the sequence. A stock that is not an integer, or a call of
 -- more orders than a call may carry, is an error before any write.
 --
 -- Why a batch: the orders that reach one API process for one shard while its
@@ -62,30 +68,30 @@
 -- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
 -- now, and an admin's lookup of an order not yet in Postgres, which scans the
 -- marks now (src/order/status.rs).
-local n = (#ARGV - 4) / 2
+local n = (#ARGV - 6) / 2
 if n ~= math.floor(n) or n > 1000 then
-  return redis.error_reply('reserve.lua: a voucher id, a floor, an outbox entry, a format and two values per order, at most 1000 orders')
+  return redis.error_reply('reserve.lua: a voucher id, points, a name, an outbox entry, a format and two values per order, at most 1000 orders')
 end
--- The outbox entry of the call's orders `b`, its sequence `s`.
+-- The outbox entry of the call's orders `b`, its sequence `s` and the write's name `h`.
 local function append(b, s)
-  if ARGV[4] == '1' then
-    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s)
+  if ARGV[6] == '1' then
+    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s, 'h', ARGV[4])
   else
-    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s, 'f', ARGV[4])
+    redis.call('XADD', KEYS[4], '*', 'v', ARGV[1], 'b', b, 's', s, 'h', ARGV[4], 'f', ARGV[6])
   end
 end
-local seq = tonumber(redis.call('GET', KEYS[5]) or '0')
-if seq < tonumber(ARGV[2]) then
+local seq = history_seq(KEYS[5])
+if history_lost(seq, ARGV[2], ARGV[3], KEYS[6]) then
   redis.call('DEL', KEYS[1])
-  return {0, seq}
+  return {0, seq, 0}
 end
-local out = {1, seq}
+local out = {1, seq, 0}
 if n == 0 then
   return out
 end
 local stock = redis.call('GET', KEYS[1])
 if not stock then
-  return {-1, seq}
+  return {-1, seq, 0}
 end
 if not string.match(stock, '^%-?%d+$') then
   return redis.error_reply('reserve.lua: the stock is not an integer')
@@ -95,13 +101,13 @@ stock = tonumber(stock)
 -- call from Lua into Redis costs about as much as the check it makes).
 local users = {}
 for i = 1, n do
-  users[i] = ARGV[2 * i + 3]
+  users[i] = ARGV[2 * i + 5]
 end
 local held = redis.call('HMGET', KEYS[2], unpack(users))
 -- The common case while a sale lasts: n distinct shoppers, none of whom holds an
 -- order, and n units left. Then every order is accepted, in order, and the writes
--- are the call's arguments as they are: the marks are ARGV[5..], the outbox entry
--- ARGV[3]. Lua then builds no string and writes no table entry per order but the
+-- are the call's arguments as they are: the marks are ARGV[7..], the outbox entry
+-- ARGV[5]. Lua then builds no string and writes no table entry per order but the
 -- shopper's: in a cost run the script's own Lua work, not its Redis commands, was
 -- about 60 % of its time (INFO commandstats, docs/PERFORMANCE.md).
 local all = stock >= n
@@ -118,12 +124,13 @@ if all then
 end
 if all then
   redis.call('DECRBY', KEYS[1], n)
-  redis.call('HSET', KEYS[2], unpack(ARGV, 5, 4 + 2 * n))
+  redis.call('HSET', KEYS[2], unpack(ARGV, 7, 6 + 2 * n))
   redis.call('INCRBY', KEYS[3], n)
-  append(ARGV[3], string.format('%.0f', seq + 1))
-  out[2] = redis.call('INCR', KEYS[5])
+  append(ARGV[5], string.format('%.0f', seq + 1))
+  out[2] = history_write(KEYS[5], KEYS[6], seq, ARGV[4])
+  out[3] = 1
   for i = 1, n do
-    out[i + 2] = stock - i
+    out[i + 3] = stock - i
   end
   return out
 end
@@ -137,11 +144,11 @@ for i = 1, n do
   local existing = mine[user] or held[i]
   if existing then
     -- A mark is "id:created_ms" (or, written by an older version, the id).
-    out[i + 2] = {-2, string.match(existing, '^[^:]*')}
+    out[i + 3] = {-2, string.match(existing, '^[^:]*')}
   elseif stock <= 0 then
-    out[i + 2] = -1
+    out[i + 3] = -1
   else
-    local mark = ARGV[2 * i + 4]
+    local mark = ARGV[2 * i + 6]
     local id = string.match(mark, '^[^:]*')
     stock = stock - 1
     taken = taken + 1
@@ -151,7 +158,7 @@ for i = 1, n do
     packed[#packed + 1] = id
     packed[#packed + 1] = user
     packed[#packed + 1] = string.sub(mark, #id + 2)
-    out[i + 2] = stock
+    out[i + 3] = stock
   end
 end
 if taken > 0 then
@@ -159,6 +166,7 @@ if taken > 0 then
   redis.call('HSET', KEYS[2], unpack(marks))
   redis.call('INCRBY', KEYS[3], taken)
   append(table.concat(packed, ','), string.format('%.0f', seq + 1))
-  out[2] = redis.call('INCR', KEYS[5])
+  out[2] = history_write(KEYS[5], KEYS[6], seq, ARGV[4])
+  out[3] = 1
 end
 return out

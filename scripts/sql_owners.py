@@ -34,7 +34,7 @@ OWNERS = {
     "raffles": "admission", "raffle_entries": "admission", "raffle_beacons": "admission",
     "admission_addresses": "admission",
     # recovery: each sale's generation and repair, the floors relays recorded
-    "sale_states": "recovery", "shard_floors": "recovery", "redis_epochs": "recovery",
+    "sale_states": "recovery", "shard_floors": "recovery", "shard_points": "recovery", "redis_epochs": "recovery",
     "redis_clocks": "recovery",
     # numbers: counters' ranges and business numbers' rules
     "counter_watermarks": "numbers", "sequence_rules": "numbers",
@@ -47,7 +47,7 @@ OWNERS = {
 # reads its outbox; recovery reads and rebuilds all of it in a repair.
 SHARD = ("sales", "ordering", "recovery")
 KEY_OWNERS = {
-    "stock_at": SHARD, "seq_at": SHARD, "admitted_at": SHARD, "returned_at": SHARD, "outbox_at": SHARD,
+    "stock_at": SHARD, "seq_at": SHARD, "hist_at": SHARD, "admitted_at": SHARD, "returned_at": SHARD, "outbox_at": SHARD,
     "stock": SHARD, "admitted": SHARD, "returned": SHARD, "outbox": SHARD, "buyers": SHARD, "orders": SHARD,
     "topups": SHARD,
     # The marks of shoppers: the order script writes them, the lookup reads them.
@@ -55,10 +55,12 @@ KEY_OWNERS = {
     # Kept by sales alone (the repair reads them back).
     "orders_at": ("sales", "recovery"), "topups_at": ("sales", "recovery"),
     "given_at": ("sales", "recovery"), "moved_at": ("sales", "recovery"), "taken_at": ("sales", "recovery"),
-    "moves": ("sales",), "refill_lease": ("sales",), "events": ("sales",),
+    "moves": ("sales",), "moves_of": ("sales",), "refill_lease": ("sales",), "events": ("sales",),
+    # Corrupt outbox entries a repair moved aside.
+    "quarantine_at": ("recovery",),
     # The set of outbox streams: a sale registers its own; the relays read them all.
     "outboxes": ("sales", "ordering"), "outbox_member": ("sales",), "outbox_of_member": ("ordering",),
-    "of_tag": ("ordering",), "tag_of": ("ordering",),
+    "of_tag": ("ordering", "recovery"), "tag_of": ("ordering",),
     "lock": ("lock",), "lock_fence": ("lock",), "lock_released": ("lock",), "fence_seen": ("lock",),
     "counter_witness": ("numbers",),
     # RabbitMQ: the broker declares the topology; ordering publishes and consumes.

@@ -59,7 +59,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     );
     let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.guards.user_lock_wait);
     let formats = announced_formats(&settings, mode, &c, &instance).await?;
-    let recovery = refreshed_recovery(&c, &cache, formats).await;
+    let recovery = refreshed_recovery(&c, &cache, formats, &settings).await;
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
     let placer = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
@@ -180,15 +180,22 @@ async fn refreshed_recovery(
     c: &Clients,
     cache: &Arc<VoucherCache>,
     formats: Arc<crate::outbox::format::Formats>,
+    settings: &Settings,
 ) -> Arc<crate::recovery::Recovery> {
-    let recovery = Arc::new(crate::recovery::Recovery::new(
-        c.redis.clone(),
-        c.background_pg.clone(),
-        c.keys.clone(),
-        cache.clone(),
-        c.metrics.clone(),
-        formats,
-    ));
+    let (lease, pipeline) = (settings.guards.repair_lease, &settings.pipeline);
+    let timeout = settings.services.dependency_timeout;
+    let recovery = Arc::new(
+        crate::recovery::Recovery::new(
+            c.redis.clone(),
+            c.background_pg.clone(),
+            c.keys.clone(),
+            cache.clone(),
+            c.metrics.clone(),
+            formats,
+        )
+        .with_lease(lease)
+        .with_replicas(pipeline.redis_wait_replicas, pipeline.redis_wait_timeout, timeout),
+    );
     // Before the first order: the floors Postgres recorded (a process that starts
     // after Redis went back in time must know what the relays saw), and the sales
     // another process closed.

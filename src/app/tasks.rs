@@ -210,12 +210,26 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
         recovery: state.recovery.clone(),
     };
     tasks.spawn("audit", watch.run(stop.clone()));
+    // The masters' in-sync replicas, for orders that wait for them: a shard whose
+    // master has fewer is refused before it reserves (see order::replication).
+    let replication = &state.ordering.placer.replication;
+    if replication.replicas > 0 {
+        tasks.spawn(
+            "replica watch",
+            crate::order::replication::run_watch(
+                state.handles.redis.clone(),
+                replication.watch.clone(),
+                state.settings.guards.replica_check,
+                stop.clone(),
+            ),
+        );
+    }
     // Completes the moves between a sharded sale's shards that a process left
     // in transit (see voucher::refill).
     if let Some(every) = state.settings.guards.shard_recovery_interval {
         tasks.spawn(
             "shard moves",
-            crate::voucher::refill::run_recovery(
+            crate::voucher::moves::run_recovery(
                 state.handles.redis.clone(),
                 state.handles.keys.clone(),
                 state.recovery.clone(),

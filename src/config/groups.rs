@@ -101,6 +101,8 @@ impl Guards {
             user_lock_wait: millis(var, "SECKILL_USER_LOCK_WAIT_MS", 2000, 0, 60_000)?,
             audit_interval: millis(var, "SECKILL_AUDIT_INTERVAL_MS", 5000, 10, 3_600_000)?,
             shard_recovery_interval: optional_millis(var, "SECKILL_SHARD_RECOVERY_MS", 1000, 0, 3_600_000)?,
+            repair_lease: millis(var, "SECKILL_REPAIR_LEASE_MS", 5000, 100, 600_000)?,
+            replica_check: millis(var, "SECKILL_REPLICA_CHECK_MS", 250, 10, 60_000)?,
             max_clock_skew: optional_millis(var, "SECKILL_MAX_CLOCK_SKEW_MS", 2000, 0, 3_600_000)?,
             missing_voucher_ttl: millis(var, "SECKILL_MISSING_VOUCHER_TTL_MS", 1000, 0, 3_600_000)?,
         })

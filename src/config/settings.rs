@@ -139,6 +139,16 @@ pub struct Guards {
     /// shards that a process left in transit (`SECKILL_SHARD_RECOVERY_MS`, default
     /// 1 s; 0: never, for tests that need a move to stay in transit).
     pub shard_recovery_interval: Option<Duration>,
+    /// How long a repair's lease on a sale lasts unless renewed
+    /// (`SECKILL_REPAIR_LEASE_MS`, default 5 s): the repairer renews it every
+    /// third of it while it works; a repairer frozen or cut off for longer loses
+    /// the sale to another.
+    pub repair_lease: Duration,
+    /// How often the masters' in-sync replicas are read, off the order path
+    /// (`SECKILL_REPLICA_CHECK_MS`, default 250 ms), when orders wait for replicas
+    /// (`SECKILL_REDIS_WAIT_REPLICAS` above 0): a shard whose master has fewer is
+    /// refused before it reserves.
+    pub replica_check: Duration,
     /// How far this process's clock may be from Postgres's before orders get 503
     /// (`SECKILL_MAX_CLOCK_SKEW_MS`, default 2 s; 0: not checked).
     pub max_clock_skew: Option<Duration>,

@@ -68,6 +68,12 @@ impl Keys {
         self.shard(voucher_id, shard, shards, "seq")
     }
 
+    /// The names of one shard's writes of its current generation, 8 bytes each at
+    /// the write's place (see `lua/history.lua` and [`crate::recovery::history`]).
+    pub fn hist_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "hist")
+    }
+
     /// Key `what` of the shard whose hash tag is `tag` (`stock`, `buyers`, ...): the
     /// same names as the `*_at` builders give.
     pub fn of_tag(&self, tag: &str, what: &str) -> String {
@@ -80,6 +86,13 @@ impl Keys {
         let rest = key.strip_prefix(self.ns.as_str())?.strip_prefix(":{")?;
         let (tag, _) = rest.split_once('}')?;
         tag.starts_with('v').then_some(tag)
+    }
+
+    /// Outbox entries of one shard a repair could not read as entries (corrupt),
+    /// moved out of its outbox; each names the most orders it may hold (`bound`),
+    /// units every later repair keeps off sale (see `crate::recovery`).
+    pub fn quarantine_at(&self, voucher_id: i64, shard: u32, shards: u32) -> String {
+        self.shard(voucher_id, shard, shards, "quarantine")
     }
 
     /// Move ledger of a donor shard: hash transfer id -> "dest:n" of the units it
@@ -164,12 +177,19 @@ impl Keys {
         format!("{}:outboxes", self.ns)
     }
 
-    /// Hash of the moves between shards under way: transfer id ->
-    /// "voucher:shards:from:to:units", written before a move's first step and
-    /// removed after its last, so that the recovery pass reads one key per second
-    /// whatever the number of sales and shards (`voucher::refill`).
+    /// Hash of the moves between shards under way that versions before
+    /// [`Keys::moves_of`] wrote, one for the whole namespace (read, never written:
+    /// what they left is completed).
     pub fn moves(&self) -> String {
         format!("{}:moves", self.ns)
+    }
+
+    /// Hash of one sale's moves between shards under way (shard 0's hash tag):
+    /// transfer id -> "voucher:shards:from:to:units", written before a move's first
+    /// step and removed after its last (`voucher::refill`). A sale's own key: no
+    /// master but the sale's own shards' stops its refills.
+    pub fn moves_of(&self, voucher_id: i64) -> String {
+        self.voucher(voucher_id, "moves")
     }
 
     /// A sale's refill lease (shard 0's hash tag): one refill of the sale at a time

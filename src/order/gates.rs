@@ -17,41 +17,37 @@
 //! With `SECKILL_REDIS_WAIT_REPLICAS` above 0 each call is followed by `WAIT` in
 //! the same pipeline, over the replication links, and an order is acknowledged
 //! only once that many replicas hold its call's writes.
+//!
+//! Each gate passes this process's points of its shard's history and names each
+//! write ([`crate::recovery::history`]), and keeps the orders it acknowledged in
+//! the shard's log ([`crate::recovery::history::LOG`] of the latest): should the
+//! shard be found to have gone back in time, those orders, acknowledged here and
+//! perhaps read by no relay, are handed to the recovery desk, which has the
+//! repair count them or admits them again after it
+//! ([`crate::recovery::Recovery::rescue`]).
+mod gate;
 mod script;
 
 use super::replication::{reserve_and_wait, Replication};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
+use crate::recovery::history::{gen_of, Call};
 use crate::recovery::Recovery;
 use crate::redis_conn::Redis;
 use anyhow::Context;
 use redis::{RedisError, Script, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use tokio::sync::oneshot;
 
+use gate::{lost_answer, Answer, Gate, Opener, Waiting};
 use script::{decode_reply, script_args, short_of_replicas, split_reply};
 pub use script::{Ask, Reservation};
 
-static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/reserve.lua")));
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(super::replication::SOURCE));
 
 /// The most orders one call carries.
 pub const MAX_BATCH: usize = 64;
-
-type Answer = anyhow::Result<Reservation>;
-
-/// The orders at a gate, each with where its answer goes.
-type Waiting = Vec<(Ask, oneshot::Sender<Answer>)>;
-
-/// The orders waiting for one shard, and whether a call for it is in flight.
-struct Gate {
-    voucher: i64,
-    keys: [String; 5],
-    /// This process's floor for the shard (see [`crate::recovery::Floors`]).
-    floor: Arc<AtomicI64>,
-    state: Mutex<(bool, Waiting)>,
-}
 
 /// Every gate of this process, with what a call needs.
 pub struct Reserver {
@@ -79,6 +75,7 @@ impl Reserver {
             .entry((voucher, shard, shards))
             .or_insert_with(|| {
                 let k = &self.keys;
+                let tag = crate::keys::shard_tag(voucher, shard, shards);
                 Arc::new(Gate {
                     voucher,
                     keys: [
@@ -87,11 +84,10 @@ impl Reserver {
                         k.admitted_at(voucher, shard, shards),
                         k.outbox_at(voucher, shard, shards),
                         k.seq_at(voucher, shard, shards),
+                        k.hist_at(voucher, shard, shards),
                     ],
-                    floor: self
-                        .recovery
-                        .floors
-                        .cell(&crate::keys::shard_tag(voucher, shard, shards)),
+                    history: self.recovery.histories.shard(&tag),
+                    tag,
                     state: Mutex::default(),
                 })
             })
@@ -169,14 +165,13 @@ impl Reserver {
             0 => redis,
             _ => &r.links[r.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % r.links.len()],
         };
+        if let Some(refused) = self.replicas_behind(gate, asks) {
+            return Ok(refused);
+        }
         let _timer = self.metrics.reserve_seconds.start_timer();
         self.metrics.reserve_batch.observe(asks.len() as f64);
-        let args = script_args(
-            gate.voucher,
-            gate.floor.load(Ordering::Acquire),
-            self.recovery.formats.writes(),
-            asks,
-        );
+        let history = Call::on(gate.history.clone());
+        let args = script_args(gate.voucher, &history, self.recovery.formats.writes(), asks);
         // Once more on a new connection when this one turned out to be dead (Redis
         // restarted, failed over): the server may well be up again. Safe: a call
         // that did run the first time finds each of its shoppers marked with the
@@ -192,7 +187,12 @@ impl Reserver {
             }
             other => other?,
         };
-        let (status, seq, replies) = split_reply(reply)?;
+        let script::Reply {
+            status,
+            seq,
+            wrote,
+            replies,
+        } = split_reply(reply)?;
         match status {
             1 => {}
             0 => return Ok(asks.iter().map(|_| Ok(Reservation::Behind)).collect()),
@@ -221,12 +221,16 @@ impl Reserver {
         // Fewer replicas than required hold this call's writes: no order it admitted
         // is acknowledged, nor an answer that stems from one (an "already ordered"
         // naming an order of this call, a "sold out" after this call took units):
-        // a failover could lose them. Nor is the floor raised to them: a replica
-        // promoted without them lost nothing anyone was told.
+        // a failover could lose them. Nor is the write's point kept: a replica
+        // promoted without it lost nothing anyone was told.
         let Some(acked) = acked.filter(|a| *a < r.replicas as i64) else {
-            gate.floor.fetch_max(seq, Ordering::AcqRel);
+            history.passed(seq, wrote);
+            if wrote {
+                self.log(gate, seq, asks, &decided);
+            }
             return Ok(decided);
         };
+        history.passed(seq, false);
         let ids: std::collections::HashSet<i64> = asks.iter().map(|a| a.order_id).collect();
         let took = decided.iter().any(|d| matches!(d, Ok(Reservation::Accepted { .. })));
         Ok(decided
@@ -237,9 +241,45 @@ impl Reserver {
 }
 
 impl Reserver {
+    /// With orders waiting for replicas, and the shard's master having fewer in
+    /// sync (as last read): every ask refused before it reserves, since a unit
+    /// taken now could not be acknowledged.
+    fn replicas_behind(&self, gate: &Gate, asks: &[Ask]) -> Option<Vec<Answer>> {
+        let r = &self.replication;
+        if r.replicas == 0 {
+            return None;
+        }
+        let in_sync = r.watch.in_sync(&gate.keys[0]);
+        (in_sync < r.replicas as i64).then(|| {
+            asks.iter()
+                .map(|_| Ok(Reservation::ReplicasBehind { in_sync }))
+                .collect()
+        })
+    }
+
+    /// Keeps the orders a write at `seq` admitted in the shard's log; those of an
+    /// older generation than `seq`'s (a repair since) go to the recovery desk,
+    /// which finds whether the repair counted them.
+    fn log(&self, gate: &Gate, seq: i64, asks: &[Ask], decided: &[Answer]) {
+        let voucher = crate::id::VoucherId::new(gate.voucher);
+        let accepted = asks
+            .iter()
+            .zip(decided)
+            .filter(|(_, d)| matches!(d, Ok(Reservation::Accepted { .. })))
+            .map(|(a, _)| crate::order::OrderMsg {
+                id: crate::id::OrderId::new(a.order_id),
+                user_id: crate::id::UserId::new(a.user_id),
+                voucher_id: voucher,
+                created_ms: a.created_ms,
+                epoch: gen_of(seq),
+            });
+        let older = gate.history.remember(seq, accepted);
+        self.recovery.rescue(&gate.tag, older);
+    }
+
     /// One run of the script (and `WAIT`) with `args`: its reply, and how many
     /// replicas acknowledged it (`None` without replicas).
-    async fn invoke(&self, redis: &Redis, gate: &Gate, args: &[String]) -> anyhow::Result<(Value, Option<i64>)> {
+    async fn invoke(&self, redis: &Redis, gate: &Gate, args: &[Vec<u8>]) -> anyhow::Result<(Value, Option<i64>)> {
         let r = &self.replication;
         let mut conn = redis.conn().await?;
         if r.replicas == 0 {
@@ -252,39 +292,6 @@ impl Reserver {
                 .await
                 .context("reserve.lua + WAIT")?;
             Ok((reply, Some(acked)))
-        }
-    }
-}
-
-/// The answer of an order whose call ended without one (its task was stopped, e.g.
-/// at shutdown): the order may exist; a transient error, so 503 and a safe retry.
-fn lost_answer() -> anyhow::Error {
-    anyhow::Error::new(RedisError::from((
-        redis::ErrorKind::Io,
-        "the reservation's call ended without an answer; the order may exist",
-    )))
-}
-
-/// Opens the gate and answers every order waiting at it (with [`lost_answer`])
-/// when a drain stops before its end (its task stopped, a panic), unless disarmed:
-/// no order waits forever for a call nobody will make.
-struct Opener<'a> {
-    gate: &'a Gate,
-    armed: bool,
-}
-
-impl Drop for Opener<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let waiting = {
-            let mut state = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.0 = false;
-            std::mem::take(&mut state.1)
-        };
-        for (_, tx) in waiting {
-            let _ = tx.send(Err(lost_answer()));
         }
     }
 }

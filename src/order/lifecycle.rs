@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use canceller::Canceller;
 
-static RETURN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_return.lua")));
+static RETURN: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("stock_return")));
 
 #[derive(Clone)]
 pub struct Lifecycle {
@@ -145,18 +145,38 @@ impl Lifecycle {
         }
         let tag = crate::keys::shard_tag(ret.voucher_id, shard, shards);
         let mut conn = self.redis.conn().await?;
-        let (r, seq): (i64, i64) = RETURN
-            .key(k.stock_at(ret.voucher_id, shard, shards))
-            .key(k.buyers_at(ret.voucher_id, shard, shards))
-            .key(k.returned_at(ret.voucher_id, shard, shards))
-            .key(k.seq_at(ret.voucher_id, shard, shards))
-            .arg(ret.order_id)
-            .arg(ret.user_id)
-            .arg(self.recovery.floors.get(&tag))
-            .arg(ret.mark_id)
-            .invoke_async(&mut conn)
+        let side = crate::recovery::side::Side {
+            tag: &tag,
+            script: &RETURN,
+            keys: vec![
+                k.stock_at(ret.voucher_id, shard, shards),
+                k.buyers_at(ret.voucher_id, shard, shards),
+                k.returned_at(ret.voucher_id, shard, shards),
+                k.seq_at(ret.voucher_id, shard, shards),
+                k.hist_at(ret.voucher_id, shard, shards),
+            ],
+            also: None,
+            reads: crate::recovery::side::wrote_on_one,
+        };
+        let w = self
+            .recovery
+            .side_write(&mut conn, side, |call| {
+                vec![
+                    ret.order_id.to_string().into_bytes(),
+                    ret.user_id.to_string().into_bytes(),
+                    ret.mark_id.to_string().into_bytes(),
+                    call.seqs().into_bytes(),
+                    call.names(),
+                    call.name.to_vec(),
+                ]
+            })
             .await
             .context("stock_return.lua")?;
+        let r = w.code;
+        if !w.acked {
+            // Short of its replicas: applied again later (once: the `returned` set).
+            return Ok(false);
+        }
         if r < 0 {
             tracing::warn!(
                 order_id = ret.order_id,
@@ -173,7 +193,6 @@ impl Lifecycle {
             );
             return Ok(false);
         }
-        self.recovery.floors.raise(&tag, seq);
         sqlx::query("UPDATE stock_returns SET done_at = now() WHERE order_id = $1 AND done_at IS NULL")
             .bind(ret.order_id)
             .execute(&self.pg)

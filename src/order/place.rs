@@ -248,6 +248,14 @@ impl OrderPlacer {
                     1,
                 ))
             }
+            Reservation::ReplicasBehind { in_sync } => {
+                self.metrics.order("replicas_behind");
+                tracing::debug!(voucher_id, in_sync, "refused before reserving: replicas behind");
+                Err(unavailable(
+                    "Redis has fewer in-sync replicas than orders wait for: nothing was reserved; retry shortly",
+                    1,
+                ))
+            }
             Reservation::NotLoaded => {
                 self.recovery().lost(voucher_id, "a shard's stock is missing in Redis");
                 Err(unavailable(

@@ -2,10 +2,12 @@
 //! the script and a `WAIT` in one pipeline, over connections of their own.
 use crate::redis_conn::Redis;
 use redis::Value;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock};
 
-/// `lua/reserve.lua`, as `gates.rs` runs it (the same text, so the same hash).
-const SOURCE: &str = include_str!("../../lua/reserve.lua");
+/// `lua/reserve.lua` after `lua/history.lua`, as `gates.rs` runs it (the same
+/// text, so the same hash).
+pub const SOURCE: &str = crate::shard_script!("reserve");
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SOURCE));
 
 /// Replicas an order's reservation must reach before it is acknowledged.
@@ -17,6 +19,8 @@ pub struct Replication {
     /// Connections for script + `WAIT` pipelines, taken in turn.
     pub links: Arc<[Redis]>,
     pub next: Arc<std::sync::atomic::AtomicUsize>,
+    /// The in-sync replicas of each slot's master, as last read ([`run_watch`]).
+    pub watch: Arc<ReplicaWatch>,
 }
 
 impl Replication {
@@ -32,6 +36,80 @@ impl Replication {
             deadline,
             links: links.into(),
             next: Default::default(),
+            watch: Arc::new(ReplicaWatch::new()),
+        }
+    }
+}
+
+/// The in-sync replicas of every slot's master (`INFO replication`, see
+/// [`crate::redis_conn::in_sync_of`]), refreshed off the order path: an order on a
+/// shard whose master has fewer than it waits for is refused before it reserves,
+/// holding no unit (as Redis's `min-replicas-to-write` would refuse the write).
+pub struct ReplicaWatch {
+    slots: Box<[AtomicU8]>,
+    read: AtomicBool,
+}
+
+impl ReplicaWatch {
+    fn new() -> Self {
+        Self {
+            slots: (0..16384).map(|_| AtomicU8::new(0)).collect(),
+            read: AtomicBool::new(false),
+        }
+    }
+
+    /// In-sync replicas of the master of `key`'s slot. Before the first reading
+    /// (one round trip after the start) there is no figure to refuse by: `WAIT`
+    /// alone decides, as it does after every reservation.
+    pub fn in_sync(&self, key: &str) -> i64 {
+        if !self.read.load(Ordering::Acquire) {
+            return i64::MAX;
+        }
+        self.slots[crate::keys::slot(key.as_bytes()) as usize].load(Ordering::Relaxed) as i64
+    }
+
+    /// Takes a reading of every master.
+    pub fn set(&self, masters: &crate::redis_conn::InSync) {
+        for (n, ranges) in masters {
+            let n = (*n).clamp(0, u8::MAX as i64) as u8;
+            for &(a, b) in ranges {
+                for slot in a..=b.min(16383) {
+                    self.slots[slot as usize].store(n, Ordering::Relaxed);
+                }
+            }
+        }
+        self.read.store(true, Ordering::Release);
+    }
+}
+
+/// Until `stop`: every `every`, reads every master's in-sync replicas into `watch`.
+/// A reading that fails leaves the last one (an order on a master that does not
+/// answer fails on its own).
+pub async fn run_watch(
+    redis: Redis,
+    watch: Arc<ReplicaWatch>,
+    every: std::time::Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match redis.in_sync_replicas().await {
+            Ok(masters) => {
+                failures = 0;
+                watch.set(&masters);
+            }
+            Err(e) => {
+                failures += 1;
+                if failures <= 3 || failures.is_multiple_of(240) {
+                    tracing::warn!(error = %e, "reading the masters' in-sync replicas failed");
+                }
+            }
         }
     }
 }
@@ -46,7 +124,7 @@ const WAIT_LINKS: usize = 16;
 pub(super) async fn reserve_and_wait(
     conn: &mut crate::redis_conn::Conn,
     keys: &[String],
-    args: &[String],
+    args: &[Vec<u8>],
     r: &Replication,
 ) -> redis::RedisResult<(Value, i64)> {
     let wait_ms = r.deadline.as_millis().max(1) as u64;

@@ -6,7 +6,11 @@
 //! rewrites its marks: a lookup that finds no mark there cannot tell "no such
 //! order" from "its mark is not written back yet", and answers 503 with
 //! `Retry-After` ([`crate::recovery::Repairing`]), never 404: an order its owner
-//! was acknowledged is never "not found".
+//! was acknowledged is never "not found". The same for a shard that no longer
+//! holds a point of this process's of its history (it went back in time: its marks
+//! may miss orders someone was told of): the mark is read with the points checked
+//! at the same instant (`lua/shard_read.lua`), and such a shard is reported for its
+//! repair.
 use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
 use crate::id::{OrderId, UserId, VoucherId};
@@ -123,29 +127,26 @@ impl Lookup {
         order_id: i64,
         user: i64,
     ) -> Result<Option<Order>> {
-        // Each mark, then its shard's stock key, in that order on one connection:
-        // a repair's reset (stock key and marks gone together) that lands between
-        // the two reads shows as a missing stock key, never as a missing mark
-        // alone; and a shard whose stock is there had its marks written back.
-        let mut pipe = redis::pipe();
-        for (v, k, shards) in &candidates {
-            pipe.hget(self.keys.buyers_at(*v, *k, *shards), user)
-                .exists(self.keys.stock_at(*v, *k, *shards));
-        }
-        let found: Vec<(Option<String>, bool)> = pipe.query_async(conn).await.context("looking up a pending order")?;
+        // Each mark with its shard's stock key and history at one instant: a
+        // shard whose stock is there and that holds this process's points had its
+        // marks written back and lost none anyone here saw.
+        let reads = futures::future::join_all(
+            candidates
+                .iter()
+                .map(|&(v, k, shards)| self.read_shard(conn.clone(), v, k, shards, Some(user))),
+        )
+        .await;
         let mut repairing = false;
-        for ((voucher_id, _, _), (mark, open)) in candidates.into_iter().zip(found) {
-            if let Some((id, ms)) = mark.as_deref().and_then(parse_mark) {
-                if id == order_id {
+        for ((voucher_id, _, _), read) in candidates.into_iter().zip(reads) {
+            let read = read?;
+            if let Some((id, ms)) = read.mark.as_deref().and_then(parse_mark) {
+                if id == order_id && read.open && !read.lost {
                     return Ok(Some(Order::pending(order_id, voucher_id, user, ms)));
                 }
             }
-            if !open {
+            if !read.open || read.lost {
                 repairing = true;
-                self.recovery.lost(
-                    voucher_id,
-                    "a shard's stock is missing in Redis (an order lookup found it)",
-                );
+                self.unsound(voucher_id, &read);
             }
         }
         if repairing {
@@ -188,18 +189,11 @@ impl Lookup {
                 }
                 cursor = next;
             }
-            // After the scan: a reset during it shows here.
-            let open: bool = redis::cmd("EXISTS")
-                .arg(self.keys.stock_at(voucher_id, k, shards))
-                .query_async(conn)
-                .await
-                .context("looking up a pending order")?;
-            if !open {
+            // After the scan: a reset during it, or a history gone back, shows here.
+            let read = self.read_shard(conn.clone(), voucher_id, k, shards, None).await?;
+            if !read.open || read.lost {
                 repairing = true;
-                self.recovery.lost(
-                    voucher_id,
-                    "a shard's stock is missing in Redis (an order lookup found it)",
-                );
+                self.unsound(voucher_id, &read);
             }
         }
         if repairing {
@@ -212,7 +206,6 @@ impl Lookup {
     /// Redis), else the latest in Postgres (e.g. cancelled).
     pub async fn mine(&self, voucher: VoucherId, user: UserId) -> Result<Option<Order>> {
         let (voucher_id, user_id) = (voucher.get(), user.get());
-        let k = &self.keys;
         // Only a flash sale has state in Redis (loaded when it is created): for any
         // other voucher, or none, Postgres is the whole answer, and a missing stock
         // key means nothing.
@@ -224,24 +217,16 @@ impl Lookup {
             return Ok(latest(&self.pg, voucher_id, user_id).await?);
         };
         let shard = crate::keys::shard_of(user_id, shards);
-        let mut conn = self.redis.conn().await?;
-        let (live, open): (Option<String>, bool) = redis::pipe()
-            .hget(k.buyers_at(voucher_id, shard, shards), user_id)
-            .exists(k.stock_at(voucher_id, shard, shards))
-            .query_async(&mut conn)
-            .await
-            .context("reading the shopper's order mark")?;
-        if let Some((order_id, ms)) = live.as_deref().and_then(parse_mark) {
+        let conn = self.redis.conn().await?;
+        let read = self.read_shard(conn, voucher_id, shard, shards, Some(user_id)).await?;
+        if let Some((order_id, ms)) = read.mark.as_deref().and_then(parse_mark) {
             if let Some(o) = by_id(&self.pg, OrderId::new(order_id), Some(user), Some(voucher)).await? {
                 return Ok(Some(o));
             }
             return Ok(Some(Order::pending(order_id, voucher_id, user_id, ms)));
         }
-        if !open {
-            self.recovery.lost(
-                voucher_id,
-                "a shard's stock is missing in Redis (an order lookup found it)",
-            );
+        if !read.open || read.lost {
+            self.unsound(voucher_id, &read);
             // The shard is being rebuilt (or lost): an order in flight has no mark
             // until the repair writes it back. A live order in Postgres is the
             // answer all the same.
@@ -286,6 +271,8 @@ fn parse_mark(v: &str) -> Option<(i64, i64)> {
         }
     }
 }
+
+mod reads;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,67 @@ pub struct Entry {
     /// The shard's sequence after the call that wrote it (field `s`; `None` in
     /// entries of older versions).
     pub seq: Option<i64>,
+    /// The name of that call's write (field `h`; `None` in entries of versions
+    /// before names, see [`crate::recovery::history`]).
+    pub name: Option<crate::recovery::history::Name>,
+}
+
+impl Entry {
+    /// The point of the shard's history the entry is (a count for an entry
+    /// without a name), if it carries a sequence.
+    pub fn point(&self) -> Option<crate::recovery::history::Point> {
+        let seq = self.seq?;
+        Some(crate::recovery::history::Point {
+            seq,
+            name: self.name.unwrap_or(crate::recovery::history::NO_NAME),
+        })
+    }
+}
+
+/// What one outbox entry is to a process that reads formats up to `reads`.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Its orders.
+    Read(Entry),
+    /// A format newer than this process reads (field `f`): a process that reads it
+    /// will; it is never acknowledged unread.
+    Newer(u32),
+    /// Not an entry `reserve.lua` (or a repair, or a late admission) wrote: its
+    /// fields are missing or malformed.
+    Corrupt,
+}
+
+/// What one outbox entry is (see [`Parsed`]).
+pub fn classify(entry: &StreamId, reads: u32) -> Parsed {
+    if entry.map.contains_key("f") {
+        match entry.get::<u32>("f") {
+            Some(f) if f > reads => return Parsed::Newer(f),
+            Some(f) if f >= 1 => {}
+            _ => return Parsed::Corrupt,
+        }
+    }
+    match parse(entry, reads) {
+        Some(e) => Parsed::Read(e),
+        None => Parsed::Corrupt,
+    }
+}
+
+/// The most orders an entry whose content cannot be read may hold: an entry is
+/// at most what one script call writes (1000 orders), and an order takes at least
+/// six bytes of it ("i,u,t,").
+pub fn most_orders(entry: &StreamId) -> i64 {
+    let bytes: usize = entry
+        .map
+        .iter()
+        .map(|(k, v)| {
+            k.len()
+                + match v {
+                    redis::Value::BulkString(b) => b.len(),
+                    _ => 16,
+                }
+        })
+        .sum();
+    (bytes.div_ceil(6) as i64).clamp(1, 1000)
 }
 
 /// The orders of one outbox entry, or `None` if `reserve.lua` did not write it, or
@@ -37,7 +98,12 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
         None => None,
         Some(_) => Some(entry.get("s")?),
     };
-    let epoch = seq.map_or(0, crate::recovery::floors::gen_of);
+    let epoch = seq.map_or(0, crate::recovery::history::gen_of);
+    let name = match entry.map.get("h") {
+        None => None,
+        Some(redis::Value::BulkString(b)) => Some(<crate::recovery::history::Name>::try_from(b.as_slice()).ok()?),
+        Some(_) => return None,
+    };
     let Some(packed) = entry.get::<String>("b") else {
         return Some(Entry {
             orders: vec![OrderMsg {
@@ -48,6 +114,7 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
                 epoch,
             }],
             seq,
+            name,
         });
     };
     let values: Vec<&str> = packed.split(',').collect();
@@ -66,13 +133,25 @@ pub fn parse(entry: &StreamId, reads: u32) -> Option<Entry> {
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(Entry { orders, seq })
+    Some(Entry { orders, seq, name })
+}
+
+/// What [`read_outbox`] found in one outbox stream.
+#[derive(Debug, Default)]
+pub struct OutboxRead {
+    /// Every order of the entries it could read.
+    pub orders: Vec<OrderMsg>,
+    /// The entries that are not entries (see [`Parsed::Corrupt`]), as read.
+    pub corrupt: Vec<StreamId>,
 }
 
 /// Every order still in an outbox stream (relayed or not: the stream keeps an entry
-/// until its relay's publish was confirmed).
-pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str, reads: u32) -> Result<Vec<OrderMsg>> {
-    let mut out = Vec::new();
+/// until its relay's publish was confirmed), and the entries that are corrupt. An
+/// entry of a newer format than `reads` fails the read: it may hold acknowledged
+/// orders, and counting without them would rebuild the sale with units sold
+/// twice; a process that reads it does the count.
+pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str, reads: u32) -> Result<OutboxRead> {
+    let mut out = OutboxRead::default();
     let mut from = "-".to_owned();
     loop {
         let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
@@ -86,17 +165,15 @@ pub async fn read_outbox(conn: &mut crate::redis_conn::Conn, stream: &str, reads
             .context("reading an outbox")?;
         let n = reply.ids.len();
         for e in &reply.ids {
-            // An entry this binary cannot read may hold orders: counting without
-            // them would rebuild the sale with units sold twice. The repair fails
-            // (and is tried again) until a process that reads it repairs.
-            let Some(entry) = parse(e, reads) else {
-                anyhow::bail!(
-                    "outbox {stream} holds entry {} that this binary cannot read (a newer format?): \
-                     not repairing from an incomplete count",
+            match classify(e, reads) {
+                Parsed::Read(entry) => out.orders.extend(entry.orders),
+                Parsed::Newer(f) => anyhow::bail!(
+                    "outbox {stream} holds entry {} of format {f}, newer than this binary reads ({reads}): \
+                     not repairing from an incomplete count; a process that reads it will",
                     e.id
-                );
-            };
-            out.extend(entry.orders);
+                ),
+                Parsed::Corrupt => out.corrupt.push(e.clone()),
+            }
         }
         match reply.ids.last() {
             Some(last) if n == 5000 => from = format!("({}", last.id),

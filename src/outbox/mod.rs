@@ -14,4 +14,5 @@ pub mod relay;
 
 pub use backlog::backlog;
 pub use entry::read_outbox;
-pub use relay::intent::{orders_of_sale as intent_orders_of_sale, sweep as sweep_intents};
+pub use relay::intent::{orders_of_sale as intent_orders_of_sale, record as record_intent, sweep as sweep_intents};
+pub use relay::read_before_repair::{settle_gone, Settled};

@@ -3,6 +3,7 @@
 mod claim;
 pub mod intent;
 mod outboxes;
+mod points;
 mod publish;
 pub mod read_before_repair;
 mod round;
@@ -85,6 +86,8 @@ struct Memory {
     /// Outbox entries (stream, id) this relay could not read and left pending:
     /// each counted and logged once.
     unreadable: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// The latest point of each shard this relay recorded (see `points`).
+    recorded: std::sync::Mutex<HashMap<String, crate::recovery::Point>>,
 }
 
 /// One outbox stream's key (a voucher's, or one of its shards').
@@ -168,6 +171,7 @@ impl Relay {
                 reread: Default::default(),
                 per_entry: std::sync::atomic::AtomicUsize::new(1),
                 unreadable: Default::default(),
+                recorded: Default::default(),
             },
         }
     }

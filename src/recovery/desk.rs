@@ -2,7 +2,7 @@
 //! it was asked for, and the task that refreshes the floors and runs the repairs.
 use super::closed::Closed;
 use super::durability::Durability;
-use super::floors::{Floors, GEN};
+use super::history::Histories;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
@@ -30,7 +30,8 @@ pub struct Recovery {
     /// The outbox formats this process reads and writes (the repair reads outboxes
     /// and puts orders back into them).
     pub formats: Arc<crate::outbox::format::Formats>,
-    pub floors: Floors,
+    /// What this process saw of each shard's history.
+    pub histories: Histories,
     pub closed: Closed,
     /// What Redis says of its persistence, read once.
     pub durability: RwLock<Option<Durability>>,
@@ -38,8 +39,15 @@ pub struct Recovery {
     pub(super) requests: Mutex<HashMap<i64, String>>,
     /// Names this process as a repairer (`sale_states.repairer`).
     pub(super) me: String,
-    /// Held while this process checks or repairs a sale.
-    pub(super) one_repair: tokio::sync::Mutex<()>,
+    /// The sales this process checks or repairs now (each at most once at a time;
+    /// different sales at once).
+    pub(super) repairing: Mutex<std::collections::HashSet<i64>>,
+    /// How long a repair's lease lasts unless renewed (`SECKILL_REPAIR_LEASE_MS`).
+    pub lease: Duration,
+    /// What side writes wait for (None: no replica), see [`super::side`].
+    pub(super) replicas: Option<SideReplicas>,
+    /// This process's row of `shard_points` for its side writes.
+    pub(super) side_writer: String,
     /// Whether the floors were read from Postgres once: until then every sale is
     /// closed here (a process that starts while Redis has gone back in time must
     /// not sell from it knowing nothing of what the relays saw).
@@ -48,6 +56,9 @@ pub struct Recovery {
     /// The sales whose `sale_states` row this process made sure of
     /// ([`Recovery::generations`]).
     pub(super) states_made: Mutex<std::collections::HashSet<i64>>,
+    /// Acknowledged orders handed over by this process's gates, to be settled
+    /// (see [`super::rescue`]), each with its shard's tag.
+    pub(super) rescued: Mutex<Vec<(String, crate::order::OrderMsg)>>,
 }
 
 /// One sale's row of `sale_states`.
@@ -73,6 +84,7 @@ impl Recovery {
         metrics: Arc<Metrics>,
         formats: Arc<crate::outbox::format::Formats>,
     ) -> Self {
+        let me = uuid::Uuid::new_v4().simple().to_string();
         Self {
             redis,
             pg,
@@ -80,16 +92,42 @@ impl Recovery {
             cache,
             metrics,
             formats,
-            floors: Floors::default(),
+            histories: Histories::default(),
             closed: Closed::default(),
             durability: RwLock::new(None),
             requests: Mutex::new(HashMap::new()),
-            me: uuid::Uuid::new_v4().simple().to_string(),
-            one_repair: tokio::sync::Mutex::new(()),
+            side_writer: format!("side-{me}"),
+            me,
+            repairing: Mutex::default(),
+            lease: Duration::from_secs(5),
+            replicas: None,
             ready: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
             states_made: Mutex::default(),
+            rescued: Mutex::default(),
         }
+    }
+
+    /// The same desk with repair leases of `lease`.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The same desk whose side writes wait for `replicas` replicas for at most
+    /// `deadline` (none if 0), over a link of their own (commands of `timeout`).
+    pub fn with_replicas(mut self, replicas: u32, deadline: Duration, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then(|| SideReplicas {
+            replicas,
+            deadline,
+            link: self.redis.dedicated(timeout + deadline),
+        });
+        self
+    }
+
+    /// Whether side writes wait for replicas (`SECKILL_REDIS_WAIT_REPLICAS` > 0).
+    pub fn waits_for_replicas(&self) -> bool {
+        self.replicas.is_some()
     }
 
     pub(super) fn namespace(&self) -> &str {
@@ -100,6 +138,11 @@ impl Recovery {
     /// behind this process's floor (it went back in time): the sale is closed here
     /// at once (orders answer 503 without Redis), and its repair asked for.
     pub fn lost(&self, voucher: i64, reason: &str) {
+        // The orders this process acknowledged on the sale's shards and perhaps no
+        // relay read: to the desk, recorded before the repair reads the intents.
+        for (tag, shard) in self.histories.of_sale(voucher) {
+            self.rescue(&tag, shard.take_log());
+        }
         if self.closed.close(voucher) {
             self.metrics.redis_repairing.set(self.closed.list().len() as i64);
             tracing::warn!(
@@ -148,14 +191,16 @@ impl Recovery {
             .iter()
             .flat_map(|(v, n)| (0..*n).map(move |k| crate::keys::shard_tag(*v, k, *n).to_string()))
             .collect();
-        self.floors.refresh(&self.pg, self.namespace(), &tags).await?;
+        self.histories.refresh(&self.pg, self.namespace(), &tags).await?;
         let ids: Vec<i64> = running.iter().map(|(v, _)| *v).collect();
         let states = self.states(&ids).await?;
         self.metrics.sale_closed_seconds.reset();
         for (v, n) in &running {
             let s = states.get(v).cloned().unwrap_or_default();
             for k in 0..*n {
-                self.floors.raise(&crate::keys::shard_tag(*v, k, *n), s.gen * GEN);
+                self.histories
+                    .shard(&crate::keys::shard_tag(*v, k, *n))
+                    .raise_gen(s.gen);
             }
             let asked = self.requests.lock().expect("requests poisoned").contains_key(v);
             if (s.closed_since.is_some() || self.closed.is_closed(*v)) && !asked {
@@ -188,4 +233,12 @@ impl Recovery {
         .context("reading the sales' states")?;
         Ok(rows.into_iter().map(|s| (s.voucher_id, s)).collect())
     }
+}
+
+/// Replicas a side write waits for, over a link of its own (`WAIT` holds its
+/// connection until the replicas answer).
+pub struct SideReplicas {
+    pub replicas: u32,
+    pub deadline: Duration,
+    pub link: Redis,
 }

@@ -12,9 +12,11 @@ use std::collections::HashMap;
 /// Common table expressions for one statement that records what a relay is about
 /// to publish: `held` holds the `sale_states` rows of the sales `$2` shared,
 /// `moved` has a row if one of them is no longer at the generation its orders are
-/// of (`$6`, beside `$2`), and `floors` raises the shards' floors (`$7` tags, `$8`
-/// sequences) unless one moved. `$1` is the namespace. The statement that follows
-/// writes only `WHERE NOT EXISTS (SELECT 1 FROM moved)`.
+/// of (`$6`, beside `$2`), and `points` records the relay's points of the shards
+/// (`$7` tags, `$8` sequences, `$9` names) as writer `$10`'s, unless one moved
+/// (see [`super::history::record`]: a row moves only forward). `$1` is the
+/// namespace. The statement that follows writes only `WHERE NOT EXISTS (SELECT 1
+/// FROM moved)`.
 pub const GENERATIONS_HELD: &str = "WITH held AS (
              SELECT voucher_id, gen FROM sale_states
               WHERE namespace = $1 AND voucher_id = ANY($2::bigint[])
@@ -22,11 +24,13 @@ pub const GENERATIONS_HELD: &str = "WITH held AS (
          ), moved AS (
              SELECT 1 FROM unnest($2::bigint[], $6::bigint[]) AS x(v, g) JOIN held h ON h.voucher_id = x.v
               WHERE h.gen <> x.g LIMIT 1
-         ), floors AS (
-             INSERT INTO shard_floors (namespace, tag, seq)
-             SELECT $1, t, max(s) FROM unnest($7::text[], $8::bigint[]) AS x(t, s)
-              WHERE NOT EXISTS (SELECT 1 FROM moved) GROUP BY t ORDER BY t
-             ON CONFLICT (namespace, tag) DO UPDATE SET seq = GREATEST(shard_floors.seq, EXCLUDED.seq)
+         ), points AS (
+             INSERT INTO shard_points (namespace, tag, writer, seq, name)
+             SELECT $1, t, $10, s, n FROM unnest($7::text[], $8::bigint[], $9::bytea[]) AS x(t, s, n)
+              WHERE NOT EXISTS (SELECT 1 FROM moved) ORDER BY t
+             ON CONFLICT (namespace, tag, writer) DO UPDATE
+                SET seq = EXCLUDED.seq, name = EXCLUDED.name, updated_at = now()
+              WHERE shard_points.seq < EXCLUDED.seq
          )";
 
 impl Recovery {

@@ -82,10 +82,14 @@
 pub mod closed;
 pub mod desk;
 mod durability;
-pub mod floors;
 mod generations;
+pub mod history;
+mod lease;
+mod quarantine;
 mod repair;
+mod rescue;
 mod restore;
+pub mod side;
 mod snapshot;
 mod task;
 
@@ -97,5 +101,5 @@ pub use desk::Recovery;
 #[error("this sale's state is being repaired; try again shortly")]
 pub struct Repairing;
 pub use durability::{durability, Durability};
-pub use floors::{gen_of, Floors, GEN};
 pub use generations::GENERATIONS_HELD;
+pub use history::{gen_of, Histories, Point, GEN};

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use redis::{Script, ScriptInvocation};
 use std::sync::LazyLock;
 
-static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/sale_restore.lua")));
+static RESTORE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("sale_restore")));
 
 /// Marks, returned orders or top-ups per `fill` call at most.
 const CHUNK: usize = 2000;
@@ -16,7 +16,8 @@ const REQUEUE_PER_ENTRY: usize = 1000;
 
 impl Recovery {
     /// `lua/sale_restore.lua` on one shard: `op` of the repair of generation `gen`,
-    /// expecting the shard at sequence `at` (ignored by `reset`).
+    /// expecting the shard at sequence `at` (ignored by `close`), its write named
+    /// afresh.
     pub(super) fn restore_script(
         &self,
         voucher: i64,
@@ -38,14 +39,16 @@ impl Recovery {
             .key(k.taken_at(voucher, shard, shards))
             .key(k.orders_at(voucher, shard, shards))
             .key(k.topups_at(voucher, shard, shards))
+            .key(k.hist_at(voucher, shard, shards))
             .arg(gen)
             .arg(op)
-            .arg(at);
+            .arg(at)
+            .arg(crate::recovery::history::fresh_name().as_slice());
         inv
     }
 
     /// Writes every shard of the sale back from `books` and reopens it; `seqs`
-    /// holds each shard's sequence as the reset left it, and as this leaves it.
+    /// holds each shard's sequence as the close left it, and as this leaves it.
     pub(super) async fn rebuild(
         &self,
         voucher: i64,
@@ -78,8 +81,12 @@ impl Recovery {
                 .inc_by(twice as u64);
         }
         for (k, shard) in by_shard.into_iter().enumerate() {
-            // A big sale takes a while: the lease is renewed shard by shard.
-            self.renew_lease(voucher).await?;
+            let clear = self.restore_script(voucher, k as u32, shards, gen, "clear", seqs[k]);
+            seqs[k] = step(
+                clear.invoke_async(&mut conn).await.context("sale_restore.lua clear")?,
+                voucher,
+                k,
+            )?;
             self.fill(&mut conn, sale, k, &shard, &topups, &mut seqs[k]).await?;
         }
         self.requeue(&mut conn, sale, books, seqs).await?;
@@ -118,9 +125,6 @@ impl Recovery {
             .div_ceil(CHUNK)
             .max(1);
         for r in 0..rounds {
-            if r > 0 {
-                self.renew_lease(sale.voucher).await?;
-            }
             let part = |len: usize| (r * CHUNK).min(len)..((r + 1) * CHUNK).min(len);
             let mut inv = self.restore_script(sale.voucher, k as u32, sale.shards, sale.gen, "fill", *seq);
             let m = &marks[part(marks.len())];
@@ -177,6 +181,19 @@ impl Recovery {
                 voucher = sale.voucher,
                 orders = books.requeue.len(),
                 "orders in a relay's intent only, written back into their outboxes to be published again"
+            );
+        }
+        for o in &books.rescued {
+            self.metrics
+                .worker_incidents
+                .with_label_values(&["rescued_order"])
+                .inc();
+            tracing::error!(
+                voucher_id = sale.voucher,
+                order_id = o.id,
+                user_id = o.user_id,
+                "INCIDENT: an acknowledged order Redis lost going back in time, before any relay read it, \
+                 was written back from the memory of the process that acknowledged it"
             );
         }
         Ok(())

@@ -29,8 +29,15 @@ pub struct Books {
     /// (their first publish may never have reached the broker, or the broker may
     /// have lost it; a second publish of one that did is stored once).
     pub requeue: Vec<Known>,
+    /// Those of them a process recorded from its memory of orders it acknowledged
+    /// (a rescue, `super::rescue`): their outbox entry went with Redis going back,
+    /// before any relay read it. Each is an incident, named.
+    pub rescued: Vec<Known>,
     /// Every top-up of the sale Postgres had committed.
     pub topups: Vec<i64>,
+    /// Units kept off sale for the shards' quarantined outbox entries (see
+    /// `super::quarantine`).
+    pub held_back: i64,
     /// In-flight orders whose shopper an intent of an older version did not name:
     /// counted, but no mark can be written for them.
     pub unnamed: usize,
@@ -40,11 +47,12 @@ impl Books {
     /// Units on sale after the repair: Postgres's stock less the orders in flight
     /// (never below 0; more in flight than stock is an incident, logged).
     pub fn stock_left(&self) -> i64 {
-        (self.pg_stock - self.in_flight_count()).max(0)
+        (self.pg_stock - self.in_flight_count() - self.held_back).max(0)
     }
 
     /// Orders in flight beyond Postgres's stock (an incident: more were admitted
-    /// than there was stock), if any.
+    /// than there was stock), if any. (Units held back for quarantined entries are
+    /// a bound, not orders: they never make this.)
     pub fn over_stock(&self) -> Option<i64> {
         let over = self.in_flight_count() - self.pg_stock;
         (over > 0).then_some(over)
@@ -61,42 +69,62 @@ impl Recovery {
     /// after every shard was reset (nothing can be admitted meanwhile).
     pub(super) async fn books(&self, voucher: i64, shards: u32) -> Result<Books> {
         // Each order found, and whether in an outbox.
-        let mut found = self.in_outboxes(voucher, shards).await?;
+        let (mut found, held_back) = self.in_outboxes(voucher, shards).await?;
         let relayed = crate::outbox::intent_orders_of_sale(&self.pg, self.namespace(), voucher).await?;
         let mut unnamed_ids: HashSet<i64> = HashSet::new();
-        for (id, user, ms) in relayed {
+        // Orders of rescues (a process's memory), and of relays' reads: a rescued
+        // order a relay read too was not lost with its entry before anyone read it.
+        let mut rescued: HashSet<(i64, i64)> = HashSet::new();
+        let mut read: HashSet<(i64, i64)> = HashSet::new();
+        for (id, user, ms, from_memory) in relayed {
             match (user, ms) {
-                (Some(user_id), Some(created_ms)) => found.push((
-                    Known {
-                        id,
-                        user_id,
-                        created_ms,
-                    },
-                    false,
-                )),
+                (Some(user_id), Some(created_ms)) => {
+                    match from_memory {
+                        true => rescued.insert((id, user_id)),
+                        false => read.insert((id, user_id)),
+                    };
+                    found.push((
+                        Known {
+                            id,
+                            user_id,
+                            created_ms,
+                        },
+                        false,
+                    ))
+                }
                 _ => {
                     unnamed_ids.insert(id);
                 }
             }
         }
         let (stored, pg_stock, topups) = self.in_postgres(voucher).await?;
-        Ok(put_together(voucher, found, &unnamed_ids, stored, pg_stock, topups))
+        let mut books = put_together(voucher, found, &unnamed_ids, stored, pg_stock, topups);
+        books.held_back = held_back;
+        books.rescued = books
+            .requeue
+            .iter()
+            .filter(|o| rescued.contains(&(o.id, o.user_id)) && !read.contains(&(o.id, o.user_id)))
+            .copied()
+            .collect();
+        Ok(books)
     }
 
-    /// The orders in the sale's outboxes, each marked as found in one.
-    async fn in_outboxes(&self, voucher: i64, shards: u32) -> Result<Vec<(Known, bool)>> {
+    /// The orders in the sale's outboxes, each marked as found in one, and the
+    /// units its quarantined entries hold back (corrupt entries met now are
+    /// quarantined: `super::quarantine`).
+    async fn in_outboxes(&self, voucher: i64, shards: u32) -> Result<(Vec<(Known, bool)>, i64)> {
         let mut conn = self.redis.conn().await?;
         let mut found = Vec::new();
+        let mut held_back = 0;
         for k in 0..shards {
-            // A big backlog takes a while: the lease is renewed shard by shard.
-            self.renew_lease(voucher).await?;
-            for o in crate::outbox::read_outbox(
+            let read = crate::outbox::read_outbox(
                 &mut conn,
                 &self.keys.outbox_at(voucher, k, shards),
                 self.formats.reads(),
             )
-            .await?
-            {
+            .await?;
+            held_back += self.quarantine(&mut conn, voucher, k, shards, &read.corrupt).await?;
+            for o in read.orders {
                 let known = Known {
                     id: o.id.get(),
                     user_id: o.user_id.get(),
@@ -105,7 +133,7 @@ impl Recovery {
                 found.push((known, true));
             }
         }
-        Ok(found)
+        Ok((found, held_back))
     }
 
     /// The sale's orders, stock and top-ups in Postgres, in one snapshot.
@@ -177,7 +205,9 @@ fn put_together(
         stored,
         in_flight,
         requeue,
+        rescued: Vec::new(),
         topups,
+        held_back: 0,
         unnamed,
     }
 }

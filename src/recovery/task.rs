@@ -79,15 +79,29 @@ impl Recovery {
     /// Each sale asked for, once: taken off the requests before it is handled (a
     /// report that arrives meanwhile asks again), put back if it is not done.
     async fn repairs(&self) {
+        // Orders held in memory first: those of a sale not repaired yet go into an
+        // intent the coming repair counts; after the repairs, those of a sale
+        // repaired since are admitted again (see `super::rescue`).
+        self.settle_rescued_logged().await;
         let asked: Vec<(i64, String)> = self.requests.lock().expect("requests poisoned").drain().collect();
-        for (voucher, reason) in asked {
-            if !self.handle(voucher, &reason).await {
+        // At once: a small sale another instance repaired in milliseconds opens
+        // here while this process repairs a large one.
+        let handled = futures::future::join_all(asked.iter().map(|(v, reason)| self.handle(*v, reason))).await;
+        for ((voucher, reason), done) in asked.into_iter().zip(handled) {
+            if !done {
                 self.requests
                     .lock()
                     .expect("requests poisoned")
                     .entry(voucher)
                     .or_insert(reason);
             }
+        }
+        self.settle_rescued_logged().await;
+    }
+
+    async fn settle_rescued_logged(&self) {
+        if let Err(e) = self.settle_rescued().await {
+            tracing::warn!(error = %format!("{e:#}"), "settling acknowledged orders held in memory failed; retrying");
         }
     }
 

@@ -43,7 +43,7 @@ pub struct ShardRelay {
 pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u32) -> Result<RelayState> {
     let shards = shards.max(1);
     let conn = redis.conn().await?;
-    type Oldest = Vec<(String, Vec<(String, String)>)>;
+    type Oldest = Vec<(String, Vec<(String, redis::Value)>)>;
     let reads = (0..shards).map(|k| {
         let mut conn = conn.clone();
         let outbox = keys.outbox_at(voucher_id, k, shards);

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod cache;
 pub mod live_numbers;
 pub mod model;
+pub mod moves;
 pub mod pg_stock;
 pub mod refill;
 pub mod repo;

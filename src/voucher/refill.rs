@@ -1,29 +1,23 @@
-//! Refilling a dry shard of a sharded sale, and completing moves a process left in
-//! transit: the parts of [`crate::voucher::shards`] that decide, rather than step.
+//! Refilling a dry shard of a sharded sale: the part of [`crate::voucher::shards`]
+//! that decides, rather than steps ([`crate::voucher::moves`] completes the moves
+//! a process left in transit).
 //!
 //! Cost follows demand. A refill runs only when an order finds its shard dry; one
-//! refill of a sale runs at a time across instances (a lease in Redis,
+//! refill of a sale runs at a time across instances (a lease on the sale's shard 0,
 //! [`Keys::refill_lease`]), so at a sell-out the refills do not disturb each
 //! other's snapshots and their number is bounded by the instances (each process
 //! runs one per sale at a time, and its waiters take that refill's answer:
 //! `order::place`), not instances × shards. The lease only saves work: every step
 //! stays idempotent, and two refills at once (a lease that ran out) at worst make
-//! a snapshot unreadable ("unknown", 503), never a unit created or lost.
-//!
-//! Every move is written in the registry of moves under way ([`Keys::moves`])
-//! before its first step and removed after its last. The recovery pass reads that
-//! one hash every second ([`run_recovery`]): an idle sale, sharded or not, costs it
-//! nothing. An entry it finds is replayed with its own transfer id: the give, the
-//! take and the close are idempotent (a give of an id already spent gives nothing),
-//! so replaying the move of a live mover is harmless, and the move of a dead one is
-//! completed.
+//! a snapshot unreadable ("unknown", 503), never a unit created or lost. Every
+//! move is written in its sale's registry of moves under way ([`Keys::moves_of`])
+//! before its first step and removed after its last.
 use super::shards::{done, give, settle, snapshot, take, Move};
 use crate::keys::Keys;
-use crate::recovery::{Floors, Recovery};
+use crate::recovery::Recovery;
 use crate::redis_conn::{Conn, Redis};
 use anyhow::{bail, Context, Result};
 use redis::Script;
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
@@ -92,7 +86,7 @@ pub async fn refill(
         }
         tokio::time::sleep(LEASE_POLL).await;
     }
-    let outcome = leased(&mut conn, keys, &recovery.floors, voucher, shards, to).await;
+    let outcome = leased(&mut conn, keys, recovery, voucher, shards, to).await;
     let released: Result<i64, _> = RELEASE.key(&lease).arg(&token).invoke_async(&mut conn).await;
     if let Err(e) = released {
         // It runs out by itself.
@@ -101,7 +95,14 @@ pub async fn refill(
     outcome
 }
 
-async fn leased(conn: &mut Conn, keys: &Keys, floors: &Floors, voucher: i64, shards: u32, to: u32) -> Result<Refill> {
+async fn leased(
+    conn: &mut Conn,
+    keys: &Keys,
+    recovery: &Recovery,
+    voucher: i64,
+    shards: u32,
+    to: u32,
+) -> Result<Refill> {
     let Some(snap) = snapshot(conn, keys, voucher, shards).await? else {
         return Ok(Refill::Unknown);
     };
@@ -109,8 +110,8 @@ async fn leased(conn: &mut Conn, keys: &Keys, floors: &Floors, voucher: i64, sha
         return Ok(Refill::NotLoaded);
     };
     if !snap.pending.is_empty() {
-        settle(conn, keys, floors, voucher, shards, &snap).await?;
-        forget(conn, keys, snap.pending.iter().map(|p| p.transfer.as_str())).await?;
+        let closed = settle(conn, keys, recovery, voucher, shards, &snap).await?;
+        forget(conn, keys, voucher, closed.iter().map(String::as_str)).await?;
         return Ok(Refill::Retry);
     }
     if stocks.get(to as usize).is_some_and(|&s| s > 0) {
@@ -138,8 +139,10 @@ async fn leased(conn: &mut Conn, keys: &Keys, floors: &Floors, voucher: i64, sha
         transfer: &transfer,
     };
     register(conn, keys, &mv, want).await?;
-    let outcome = step(conn, keys, floors, &mv, want).await?;
-    forget(conn, keys, [transfer.as_str()]).await?;
+    let (outcome, over) = step(conn, keys, recovery, &mv, want).await?;
+    if over {
+        forget(conn, keys, voucher, [transfer.as_str()]).await?;
+    }
     Ok(outcome)
 }
 
@@ -154,7 +157,7 @@ pub async fn register(conn: &mut Conn, keys: &Keys, mv: &Move<'_>, want: i64) ->
         transfer,
     } = *mv;
     let _: i64 = redis::cmd("HSET")
-        .arg(keys.moves())
+        .arg(keys.moves_of(voucher))
         .arg(transfer)
         .arg(format!("{voucher}:{shards}:{from}:{to}:{want}"))
         .query_async(conn)
@@ -163,11 +166,17 @@ pub async fn register(conn: &mut Conn, keys: &Keys, mv: &Move<'_>, want: i64) ->
     Ok(())
 }
 
-async fn forget<'a>(conn: &mut Conn, keys: &Keys, transfers: impl IntoIterator<Item = &'a str>) -> Result<()> {
+/// Removes moves of `voucher`'s sale from its registry.
+async fn forget<'a>(
+    conn: &mut Conn,
+    keys: &Keys,
+    voucher: i64,
+    transfers: impl IntoIterator<Item = &'a str>,
+) -> Result<()> {
     let transfers: Vec<&str> = transfers.into_iter().collect();
     if !transfers.is_empty() {
         let _: i64 = redis::cmd("HDEL")
-            .arg(keys.moves())
+            .arg(keys.moves_of(voucher))
             .arg(&transfers)
             .query_async(conn)
             .await
@@ -176,103 +185,35 @@ async fn forget<'a>(conn: &mut Conn, keys: &Keys, transfers: impl IntoIterator<I
     Ok(())
 }
 
-/// The three steps of one registered move (each idempotent by `transfer`).
-async fn step(conn: &mut Conn, keys: &Keys, floors: &Floors, mv: &Move<'_>, want: i64) -> Result<Refill> {
+/// The three steps of one registered move (each idempotent by `transfer`): what
+/// it came to, and whether the move is over (closed, spent, or left to a repair:
+/// forgotten by the registry) or to be replayed (a step short of its replicas).
+pub(super) async fn step(
+    conn: &mut Conn,
+    keys: &Keys,
+    recovery: &Recovery,
+    mv: &Move<'_>,
+    want: i64,
+) -> Result<(Refill, bool)> {
     let Move { voucher, from, to, .. } = *mv;
-    match give(conn, keys, floors, mv, want).await? {
-        (-3, _) => return Ok(Refill::NotLoaded),
-        (-4, _) => return Ok(Refill::Behind),
+    match give(conn, keys, recovery, mv, want).await? {
+        (-3, _, _) => return Ok((Refill::NotLoaded, true)),
+        (-4, _, _) => return Ok((Refill::Behind, true)),
         // Sold meanwhile, or this move was already completed (the recovery pass
         // replayed it): look again.
-        (0, _) => return Ok(Refill::Retry),
-        (n, _) if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
-        (given, at) => match take(conn, keys, floors, mv, given, at).await? {
-            -2 => return Ok(Refill::Closed),
-            -3 => return Ok(Refill::NotLoaded),
-            -4 => return Ok(Refill::Behind),
+        (0, _, _) => return Ok((Refill::Retry, true)),
+        (n, _, _) if n < 0 => bail!("shard_give.lua returned unknown code {n}"),
+        // Not taken before the replicas hold the give: replayed later.
+        (_, _, false) => return Ok((Refill::Unknown, false)),
+        (given, at, true) => match take(conn, keys, recovery, mv, given, at).await? {
+            (-2, _) => return Ok((Refill::Closed, true)),
+            (-3, _) => return Ok((Refill::NotLoaded, true)),
+            (-4, _) => return Ok((Refill::Behind, true)),
+            (_, false) => return Ok((Refill::Unknown, false)),
             _ => {}
         },
     }
     done(conn, keys, mv).await?;
     tracing::debug!(voucher, from, to, "moved units between shards");
-    Ok(Refill::Retry)
-}
-
-/// Completes (or replays) every move in the registry. Returns how many entries it
-/// cleared. A move whose shard is lost or went back in time asks for its sale's
-/// repair.
-pub async fn recover(redis: &Redis, keys: &Keys, recovery: &Recovery) -> Result<usize> {
-    let mut conn = redis.conn().await?;
-    let moves: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(keys.moves())
-        .query_async(&mut conn)
-        .await
-        .context("reading the moves under way")?;
-    let mut cleared = 0;
-    for (transfer, spec) in moves {
-        let parsed: Option<Vec<i64>> = spec.split(':').map(|p| p.parse().ok()).collect();
-        if let Some(&[voucher, shards, from, to, want]) = parsed.as_deref() {
-            let (shards, from, to) = (shards as u32, from as u32, to as u32);
-            if recovery.is_closed(voucher) {
-                // Its repair clears the ledgers; the entry is done with.
-                forget(&mut conn, keys, [transfer.as_str()]).await?;
-                cleared += 1;
-                continue;
-            }
-            let mv = Move {
-                voucher,
-                shards,
-                from,
-                to,
-                transfer: &transfer,
-            };
-            let r = step(&mut conn, keys, &recovery.floors, &mv, want).await?;
-            if matches!(r, Refill::NotLoaded | Refill::Behind) {
-                recovery.lost(voucher, "a shard's stock is missing or behind (a move between shards)");
-            }
-            if r != Refill::Retry {
-                // The shard is fenced or lost: the repair rebuilds the sale from
-                // Postgres and clears its ledgers; nothing is left to complete.
-                tracing::warn!(voucher, transfer, outcome = ?r, "a move cannot be completed; left to the repair");
-            }
-        } else {
-            tracing::warn!(transfer, spec, "dropping a malformed entry of the moves under way");
-        }
-        forget(&mut conn, keys, [transfer.as_str()]).await?;
-        cleared += 1;
-    }
-    if cleared > 0 {
-        tracing::info!(moves = cleared, "completed moves under way");
-    }
-    Ok(cleared)
-}
-
-/// Until `stop`: every `every` (by default a second), [`recover`]: one read of the
-/// registry per instance, whatever the number of sales and shards (every API
-/// instance runs it; the steps are idempotent).
-pub async fn run_recovery(
-    redis: Redis,
-    keys: Keys,
-    recovery: std::sync::Arc<Recovery>,
-    every: Duration,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    let mut every = tokio::time::interval(every);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failures = 0u32;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        match recover(&redis, &keys, &recovery).await {
-            Ok(_) => failures = 0,
-            Err(err) => {
-                failures += 1;
-                if failures <= 3 || failures.is_multiple_of(60) {
-                    tracing::warn!(error = %format!("{err:#}"), "completing moves failed");
-                }
-            }
-        }
-    }
+    Ok((Refill::Retry, true))
 }

@@ -18,15 +18,16 @@
 //! retried finds its id taken. So units are never created or destroyed: at every
 //! instant each is on sale in one shard, in one `given` entry not yet taken, or sold.
 //!
-//! Every give and take passes the caller's floor for its shard and refuses (closing
-//! the shard) one that went back in time; a take refuses units given before a
+//! Every give and take passes the caller's points of its shard's history and
+//! refuses (closing the shard) one that went back in time; a take refuses units given before a
 //! repair of the sale (the receiver's generation is newer than the donor's when it
 //! gave: the repair counted them from Postgres and cleared the ledgers,
 //! [`crate::recovery`]).
 mod reading;
 
 use crate::keys::Keys;
-use crate::recovery::Floors;
+use crate::recovery::side::Side;
+use crate::recovery::Recovery;
 use crate::redis_conn::Conn;
 use anyhow::{Context, Result};
 use redis::Script;
@@ -34,8 +35,8 @@ use std::sync::LazyLock;
 
 pub use reading::{snapshot, NoConsistentReading, Pending, ShardBooks, Snapshot};
 
-static GIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/shard_give.lua")));
-static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/shard_take.lua")));
+static GIVE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("shard_give")));
+static TAKE: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("shard_take")));
 static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/shard_done.lua")));
 
 /// One move of units between two shards of a sale: what each of its steps and its
@@ -52,10 +53,16 @@ pub struct Move<'a> {
     pub transfer: &'a str,
 }
 
-/// Step 1 on the donor: the units given (or < 0, see `lua/shard_give.lua`) and
-/// the donor's sequence, which the take needs. The caller's floor for the donor is
-/// passed and raised.
-pub async fn give(conn: &mut Conn, keys: &Keys, floors: &Floors, mv: &Move<'_>, want: i64) -> Result<(i64, i64)> {
+/// Step 1 on the donor: the units given (or < 0, see `lua/shard_give.lua`), the
+/// donor's sequence, which the take needs, and whether the replicas hold the give
+/// (a side write, [`crate::recovery::side`]: not to be taken before they do).
+pub async fn give(
+    conn: &mut Conn,
+    keys: &Keys,
+    recovery: &Recovery,
+    mv: &Move<'_>,
+    want: i64,
+) -> Result<(i64, i64, bool)> {
     let Move {
         voucher,
         shards,
@@ -64,34 +71,46 @@ pub async fn give(conn: &mut Conn, keys: &Keys, floors: &Floors, mv: &Move<'_>, 
         transfer,
     } = *mv;
     let tag = crate::keys::shard_tag(voucher, from, shards);
-    let (n, seq): (i64, i64) = GIVE
-        .key(keys.stock_at(voucher, from, shards))
-        .key(keys.given_at(voucher, from, shards))
-        .key(keys.moved_at(voucher, from, shards))
-        .key(keys.seq_at(voucher, from, shards))
-        .arg(transfer)
-        .arg(to)
-        .arg(want)
-        .arg(floors.get(&tag))
-        .invoke_async(conn)
+    let side = Side {
+        tag: &tag,
+        script: &GIVE,
+        keys: vec![
+            keys.stock_at(voucher, from, shards),
+            keys.given_at(voucher, from, shards),
+            keys.moved_at(voucher, from, shards),
+            keys.seq_at(voucher, from, shards),
+            keys.hist_at(voucher, from, shards),
+        ],
+        also: None,
+        reads: crate::recovery::side::wrote_flag,
+    };
+    let w = recovery
+        .side_write(conn, side, |call| {
+            vec![
+                transfer.as_bytes().to_vec(),
+                to.to_string().into_bytes(),
+                want.to_string().into_bytes(),
+                call.seqs().into_bytes(),
+                call.names(),
+                call.name.to_vec(),
+            ]
+        })
         .await
         .context("shard_give.lua")?;
-    if n != -4 {
-        floors.raise(&tag, seq);
-    }
-    Ok((n, seq))
+    Ok((w.code, w.seq, w.acked))
 }
 
 /// Step 2 on the receiver (see `lua/shard_take.lua`): `given_at` is the donor's
-/// sequence when it gave.
+/// sequence when it gave. Its code, and whether the replicas hold the take (not
+/// to be closed before they do).
 pub async fn take(
     conn: &mut Conn,
     keys: &Keys,
-    floors: &Floors,
+    recovery: &Recovery,
     mv: &Move<'_>,
     units: i64,
     given_at: i64,
-) -> Result<i64> {
+) -> Result<(i64, bool)> {
     let Move {
         voucher,
         shards,
@@ -100,21 +119,32 @@ pub async fn take(
         ..
     } = *mv;
     let tag = crate::keys::shard_tag(voucher, to, shards);
-    let (code, seq): (i64, i64) = TAKE
-        .key(keys.stock_at(voucher, to, shards))
-        .key(keys.taken_at(voucher, to, shards))
-        .key(keys.seq_at(voucher, to, shards))
-        .arg(transfer)
-        .arg(units)
-        .arg(floors.get(&tag))
-        .arg(given_at)
-        .invoke_async(conn)
+    let side = Side {
+        tag: &tag,
+        script: &TAKE,
+        keys: vec![
+            keys.stock_at(voucher, to, shards),
+            keys.taken_at(voucher, to, shards),
+            keys.seq_at(voucher, to, shards),
+            keys.hist_at(voucher, to, shards),
+        ],
+        also: None,
+        reads: crate::recovery::side::wrote_on_one,
+    };
+    let w = recovery
+        .side_write(conn, side, |call| {
+            vec![
+                transfer.as_bytes().to_vec(),
+                units.to_string().into_bytes(),
+                call.seqs().into_bytes(),
+                call.names(),
+                given_at.to_string().into_bytes(),
+                call.name.to_vec(),
+            ]
+        })
         .await
         .context("shard_take.lua")?;
-    if code != -4 {
-        floors.raise(&tag, seq);
-    }
-    Ok(code)
+    Ok((w.code, w.acked))
 }
 
 /// Step 3 on the donor (see `lua/shard_done.lua`).
@@ -136,18 +166,18 @@ pub async fn done(conn: &mut Conn, keys: &Keys, mv: &Move<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Takes and closes the moves pending in `snap`. Returns how many it closed; an
-/// entry whose receiver refuses (lost, behind, or rebuilt since) stays for the
-/// repair.
+/// Takes and closes the moves pending in `snap`. Returns the transfers it closed;
+/// an entry whose receiver refuses (lost, behind, or rebuilt since) stays for the
+/// repair, one whose take is short of its replicas for a later replay.
 pub async fn settle(
     conn: &mut Conn,
     keys: &Keys,
-    floors: &Floors,
+    recovery: &Recovery,
     voucher: i64,
     shards: u32,
     snap: &Snapshot,
-) -> Result<usize> {
-    let mut closed = 0;
+) -> Result<Vec<String>> {
+    let mut closed = Vec::new();
     for p in &snap.pending {
         let given_at = snap.shards.get(p.from as usize).map_or(0, |s| s.seq);
         let mv = Move {
@@ -157,13 +187,26 @@ pub async fn settle(
             to: p.to,
             transfer: &p.transfer,
         };
-        let r = take(conn, keys, floors, &mv, p.units, given_at).await?;
+        if recovery.waits_for_replicas() {
+            // The give again (it gives nothing more: the entry names its units),
+            // to learn that the donor's replicas hold it before its units are
+            // taken: a give a failover loses must not have been taken.
+            let (n, _, acked) = give(conn, keys, recovery, &mv, p.units).await?;
+            if n <= 0 || !acked {
+                continue;
+            }
+        }
+        let (r, acked) = take(conn, keys, recovery, &mv, p.units, given_at).await?;
         if r < 0 {
             tracing::warn!(voucher, transfer = %p.transfer, code = r, "a move cannot be taken; left for the repair");
             continue;
         }
+        if !acked {
+            // Not closed before the replicas hold the take: replayed later.
+            continue;
+        }
         done(conn, keys, &mv).await?;
-        closed += 1;
+        closed.push(p.transfer.clone());
     }
     Ok(closed)
 }

@@ -21,6 +21,7 @@
 //! shard that went back in time (behind this process's floor) is refused and
 //! closed by the script itself.
 use crate::keys::Keys;
+use crate::recovery::side::Side;
 use crate::recovery::Recovery;
 use crate::redis_conn::{Conn, Redis};
 use crate::voucher::repo;
@@ -31,7 +32,7 @@ use sqlx::PgPool;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static TOPUP: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/stock_topup.lua")));
+static TOPUP: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("stock_topup")));
 
 /// Units on their way to a sale's Redis stock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::FromRow)]
@@ -145,7 +146,8 @@ pub async fn apply(pg: &PgPool, redis: &Redis, keys: &Keys, recovery: &Recovery,
 /// Adds each shard's part of top-up `t` (`lua/stock_topup.lua`, once per shard
 /// and top-up). 1 if some shard added its part now, 0 if every part was added
 /// before, < 0 if a shard refused (the parts added stay; the repair overwrites
-/// them all): its repair is asked for.
+/// them all): its repair is asked for; -5 if a part is short of its replicas (the
+/// top-up stays pending).
 async fn add_parts(conn: &mut Conn, keys: &Keys, recovery: &Recovery, t: &TopUp, shards: u32) -> Result<i64> {
     let mut r = 0;
     for (k, part) in crate::keys::split(t.units as i64, shards).into_iter().enumerate() {
@@ -154,16 +156,40 @@ async fn add_parts(conn: &mut Conn, keys: &Keys, recovery: &Recovery, t: &TopUp,
         }
         let k = k as u32;
         let tag = crate::keys::shard_tag(t.voucher_id, k, shards);
-        let (one, seq): (i64, i64) = TOPUP
-            .key(keys.stock_at(t.voucher_id, k, shards))
-            .key(keys.topups_at(t.voucher_id, k, shards))
-            .key(keys.seq_at(t.voucher_id, k, shards))
-            .arg(t.id)
-            .arg(part)
-            .arg(recovery.floors.get(&tag))
-            .invoke_async(conn)
+        let side = Side {
+            tag: &tag,
+            script: &TOPUP,
+            keys: vec![
+                keys.stock_at(t.voucher_id, k, shards),
+                keys.topups_at(t.voucher_id, k, shards),
+                keys.seq_at(t.voucher_id, k, shards),
+                keys.hist_at(t.voucher_id, k, shards),
+            ],
+            also: None,
+            reads: crate::recovery::side::wrote_on_one,
+        };
+        let w = recovery
+            .side_write(conn, side, |call| {
+                vec![
+                    t.id.to_string().into_bytes(),
+                    part.to_string().into_bytes(),
+                    call.seqs().into_bytes(),
+                    call.names(),
+                    call.name.to_vec(),
+                ]
+            })
             .await
             .context("stock_topup.lua")?;
+        let one = w.code;
+        if !w.acked {
+            // Short of its replicas: the top-up stays pending, applied again later
+            // (each shard's part once: its `topups` set).
+            tracing::warn!(
+                top_up = t.id,
+                "a top-up's part is short of its replicas; it stays pending"
+            );
+            return Ok(-5);
+        }
         if one < 0 {
             r = one;
             recovery.lost(
@@ -176,7 +202,6 @@ async fn add_parts(conn: &mut Conn, keys: &Keys, recovery: &Recovery, t: &TopUp,
             );
             break;
         }
-        recovery.floors.raise(&tag, seq);
         r = r.max(one);
     }
     Ok(r)

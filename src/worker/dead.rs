@@ -19,6 +19,9 @@ impl Worker {
         orders: &[crate::order::OrderMsg],
         e: &persist::PersistError,
     ) -> Result<()> {
+        if let persist::PersistError::Unsettled(n) = e {
+            return self.keep_unsettled(d, orders, *n).await;
+        }
         let reason = format!("the database refused the order's message: {e}");
         match persist::store_failed(&self.ctx.pg, orders, &reason).await {
             Ok(n) => {
@@ -51,6 +54,36 @@ impl Worker {
                 answered(self.broker.timeout(), "handing a refused message back", nack).await?;
             }
         }
+        Ok(())
+    }
+
+    /// A message whose conflicts did not settle: nothing of it is stored (its relay
+    /// intent stays, so a repair still counts its orders in flight); the message is
+    /// kept in `dead_letters` for people, an incident naming its orders, then
+    /// taken off the queue (every delivery would fail the same way).
+    async fn keep_unsettled(&self, d: &Delivery, orders: &[crate::order::OrderMsg], n: usize) -> Result<()> {
+        sqlx::query("INSERT INTO dead_letters (body, reason) VALUES ($1, $2)")
+            .bind(&d.data[..])
+            .bind(format!(
+                "{n} order(s) whose conflicts did not settle: nothing of the message is stored"
+            ))
+            .execute(&self.ctx.pg)
+            .await
+            .context("keeping a message whose conflicts did not settle")?;
+        self.metrics
+            .worker_incidents
+            .with_label_values(&["unsettled_conflicts"])
+            .inc();
+        for o in orders {
+            tracing::error!(
+                order_id = o.id.get(),
+                user_id = o.user_id.get(),
+                voucher_id = o.voucher_id.get(),
+                "INCIDENT: an order of a message whose conflicts did not settle is kept in dead_letters, not stored"
+            );
+        }
+        let ack = d.ack(BasicAckOptions::default());
+        answered(self.broker.timeout(), "taking a kept message off the queue", ack).await?;
         Ok(())
     }
 

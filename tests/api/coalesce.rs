@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// The order script, as the service runs it.
 fn script() -> redis::Script {
-    redis::Script::new(include_str!("../../lua/reserve.lua"))
+    redis::Script::new(seckill::order::replication::SOURCE)
 }
 
 /// The time the tests give order `id`.
@@ -17,9 +17,9 @@ fn at(id: i64) -> i64 {
 }
 
 /// Runs the script for `asks` (user, order id) on shard 0 of `v`, with its
-/// arguments as the service builds them (the voucher, a floor of 0, the outbox
-/// entry of every order, the newest outbox format, each order's user and mark);
-/// the orders' replies.
+/// arguments as the service builds them (the voucher, no points, a fresh write
+/// name, the outbox entry of every order, the newest outbox format, each order's
+/// user and mark); the orders' replies.
 async fn call(
     conn: &mut seckill::redis_conn::Conn,
     keys: &seckill::keys::Keys,
@@ -36,15 +36,18 @@ async fn call(
         .key(keys.admitted_at(v, 0, 1))
         .key(keys.outbox_at(v, 0, 1))
         .key(keys.seq_at(v, 0, 1))
+        .key(keys.hist_at(v, 0, 1))
         .arg(v)
-        .arg(0)
+        .arg("")
+        .arg("")
+        .arg(seckill::recovery::history::fresh_name().as_slice())
         .arg(entry.join(","))
         .arg(seckill::outbox::format::NEWEST);
     for (user, id) in asks {
         inv.arg(user).arg(format!("{id}:{}", at(*id)));
     }
     match inv.invoke_async(&mut *conn).await.unwrap() {
-        Value::Array(replies) if replies.first() == Some(&Value::Int(1)) => replies[2..].to_vec(),
+        Value::Array(replies) if replies.first() == Some(&Value::Int(1)) => replies[3..].to_vec(),
         // Not loaded (-1) or behind (0): the status alone stands for every order.
         Value::Array(replies) => vec![replies[0].clone()],
         other => panic!("not a status, a sequence and one reply per order: {other:?}"),
@@ -180,8 +183,11 @@ async fn one_call_answers_each_order_as_alone_and_keeps_the_stock_exact() {
         .key(keys.admitted_at(odd, 0, 1))
         .key(keys.outbox_at(odd, 0, 1))
         .key(keys.seq_at(odd, 0, 1))
+        .key(keys.hist_at(odd, 0, 1))
         .arg(odd)
-        .arg(0)
+        .arg("")
+        .arg("")
+        .arg(seckill::recovery::history::fresh_name().as_slice())
         .arg(format!("301,1,{}", at(301)))
         .arg(1)
         .arg(format!("301:{}", at(301)));

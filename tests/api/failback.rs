@@ -36,13 +36,15 @@ async fn persisted(app: &TestApp, v: i64, n: usize) {
     );
 }
 
-/// The sale's shard-0 floor this application holds.
+/// The sequence of the sale's shard-0 point this application holds (its head).
 fn floor(app: &TestApp, v: i64) -> i64 {
     app.app()
         .state()
         .recovery
-        .floors
-        .get(&seckill::keys::shard_tag(v, 0, 1))
+        .histories
+        .shard(&seckill::keys::shard_tag(v, 0, 1))
+        .head()
+        .map_or(0, |p| p.seq)
 }
 
 /// Master A, replica B. A sells to shoppers 1..=30 (B holds them); B is detached

@@ -365,9 +365,16 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     let msg = |id, user| order(id, user, v);
     let ctx = ctx(&app);
     let keys = app.app().state().handles.keys.clone();
-    let intent = seckill::outbox::relay::intent::record(app.pg(), keys.namespace(), &[msg(40, 1), msg(40, 2)], &[])
-        .await
-        .unwrap();
+    let intent = seckill::outbox::relay::intent::record(
+        app.pg(),
+        keys.namespace(),
+        &[msg(40, 1), msg(40, 2)],
+        &[],
+        "test",
+        false,
+    )
+    .await
+    .unwrap();
     assert!(intent.is_some(), "recorded");
     let sweep = || seckill::outbox::relay::intent::sweep(app.pg(), keys.namespace());
     assert_eq!(sweep().await.unwrap(), 0, "nothing stored yet");

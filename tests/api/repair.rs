@@ -148,7 +148,7 @@ async fn a_stale_repair_cannot_write_a_sale() {
     let app = TestApp::spawn(&ns).await;
     let v = app.flash_sale(100).await;
     let k = ns.keys();
-    let script = redis::Script::new(include_str!("../../lua/sale_restore.lua"));
+    let script = redis::Script::new(seckill::shard_script!("sale_restore"));
     let mut redis = app.redis().await;
     let run = |gen: i64, op: &str, at: i64| {
         let mut inv = script.key(k.stock(v));
@@ -162,15 +162,19 @@ async fn a_stale_repair_cannot_write_a_sale() {
             .key(k.taken_at(v, 0, 1))
             .key(k.orders(v))
             .key(k.topups_at(v, 0, 1))
+            .key(k.hist_at(v, 0, 1))
             .arg(gen)
             .arg(op)
-            .arg(at);
+            .arg(at)
+            .arg(seckill::recovery::history::fresh_name().as_slice());
         inv
     };
-    let (ok, seq): (i64, i64) = run(5, "reset", 0).invoke_async(&mut redis).await.unwrap();
+    let (ok, seq): (i64, i64) = run(5, "close", 0).invoke_async(&mut redis).await.unwrap();
     assert_eq!((ok, seq), (1, 5 << 32));
-    let (stale, _): (i64, i64) = run(4, "reset", 0).invoke_async(&mut redis).await.unwrap();
-    assert_eq!(stale, 0, "an older repair cannot reset the sale");
+    let (stale, _): (i64, i64) = run(4, "close", 0).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(stale, 0, "an older repair cannot close the sale");
+    let (again, _): (i64, i64) = run(5, "close", 0).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(again, 1, "its own generation closes it again while nothing wrote since");
     let mut open = run(4, "open", seq);
     open.arg(100).arg("relay");
     let (stale, _): (i64, i64) = open.invoke_async(&mut redis).await.unwrap();
@@ -185,4 +189,96 @@ async fn a_stale_repair_cannot_write_a_sale() {
     open.arg(100).arg("relay");
     let (ok, after): (i64, i64) = open.invoke_async(&mut redis).await.unwrap();
     assert_eq!((ok, after), (1, seq + 1), "the repair's own next step");
+    let (closed, _): (i64, i64) = run(5, "close", 0).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(
+        closed, 0,
+        "a generation written in is not closed again: a repair takes the next"
+    );
+}
+
+/// A repair's lease (300 ms here) shorter than one of its reads (Postgres's orders,
+/// locked by the test for 2 s): the repairer renews the lease while it waits, so
+/// the other instance never takes the sale over. One repair, the generation moves
+/// once, the sale reopens on both instances and sells exactly its stock.
+#[tokio::test]
+async fn a_repair_slower_than_its_lease_keeps_it_and_moves_the_generation_once() {
+    let ns = Namespace::new().await;
+    let a = TestApp::builder(&ns)
+        .env("SECKILL_REPAIR_LEASE_MS", "300")
+        .spawn()
+        .await;
+    let b = TestApp::builder(&ns)
+        .env("SECKILL_REPAIR_LEASE_MS", "300")
+        .api_only()
+        .spawn()
+        .await;
+    let stock = 10i64;
+    let v = a.flash_sale(stock).await;
+    for u in 1..=3 {
+        assert_eq!(a.order(v, u).await.0, StatusCode::ACCEPTED);
+    }
+    let state = |app: &TestApp| {
+        let pg = app.pg().clone();
+        async move {
+            sqlx::query_as::<_, (i64, i32)>("SELECT gen, repairs FROM sale_states WHERE voucher_id = $1")
+                .bind(v)
+                .fetch_optional(&pg)
+                .await
+                .unwrap()
+                .unwrap_or((0, 0))
+        }
+    };
+    let (gen, repairs) = state(&a).await;
+    let mut lock = a.pg().begin().await.unwrap();
+    sqlx::query("LOCK TABLE voucher_orders IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let mut redis = a.redis().await;
+    let gone: i64 = redis::cmd("DEL")
+        .arg(ns.keys().stock_at(v, 0, 1))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(gone, 1);
+    // Both instances find the shard lost and ask for the repair.
+    assert_eq!(a.order(v, 4).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(b.order(v, 5).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    // While the read waits: one holder of the lease throughout (a lease that ran
+    // out would pass to the other instance, which asks for the repair each second).
+    let mut holders = std::collections::HashSet::new();
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        let holder: Option<String> = sqlx::query_scalar("SELECT repairer FROM sale_states WHERE voucher_id = $1")
+            .bind(v)
+            .fetch_optional(a.pg())
+            .await
+            .unwrap()
+            .flatten();
+        holders.extend(holder);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    lock.rollback().await.unwrap();
+    assert_eq!(
+        holders.len(),
+        1,
+        "one repairer held the lease all the while: {holders:?}"
+    );
+    repaired_after(&a, v, repairs).await;
+    let (s, body) = selling_again(&b, v, 5).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{body}");
+    let (s, body) = selling_again(&a, v, 4).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(state(&a).await, (gen + 1, repairs + 1), "one repair, one generation");
+    let mut sold = 5;
+    for u in 6..=30 {
+        let app = if u % 2 == 0 { &a } else { &b };
+        match app.order(v, u).await {
+            (StatusCode::ACCEPTED, _) => sold += 1,
+            (StatusCode::CONFLICT, body) => assert_eq!(code(&body), "sold_out", "{body}"),
+            (other, body) => panic!("shopper {u}: {other} {body}"),
+        }
+    }
+    assert_eq!(sold, stock);
+    assert_balanced(&a, v).await;
 }

@@ -20,6 +20,11 @@ pub enum Reservation {
     NotReplicated {
         acked: i64,
     },
+    /// The shard's master has fewer in-sync replicas than orders wait for (as last
+    /// read, off the order path): refused before the script ran, nothing reserved.
+    ReplicasBehind {
+        in_sync: i64,
+    },
     /// Redis has no stock for the shard (it lost it, or a repair closed it): refuse,
     /// never sell from nothing.
     NotLoaded,
@@ -39,17 +44,25 @@ pub struct Ask {
     pub created_ms: i64,
 }
 
-/// `reserve.lua`'s arguments for `asks`: the voucher, the caller's floor for the
-/// shard, the outbox entry of every order ("id,user,created_ms,..."), the outbox
-/// format to write (see `crate::outbox::format`), then each order's user and mark
-/// ("id:created_ms"). The entry and the marks come from the
-/// same asks here, in one place: the script writes them as they are when it
-/// accepts every order.
-pub(super) fn script_args(voucher: i64, floor: i64, format: u32, asks: &[Ask]) -> Vec<String> {
+/// `reserve.lua`'s arguments for `asks`: the voucher, the caller's points of the
+/// shard (their sequences, their names) and the name of the call's write (see
+/// [`crate::recovery::history`]), the outbox entry of every order
+/// ("id,user,created_ms,..."), the outbox format to write (see
+/// `crate::outbox::format`), then each order's user and mark ("id:created_ms").
+/// The entry and the marks come from the same asks here, in one place: the script
+/// writes them as they are when it accepts every order.
+pub(super) fn script_args(
+    voucher: i64,
+    call: &crate::recovery::history::Call,
+    format: u32,
+    asks: &[Ask],
+) -> Vec<Vec<u8>> {
     use std::fmt::Write;
-    let mut args = Vec::with_capacity(4 + 2 * asks.len());
-    args.push(voucher.to_string());
-    args.push(floor.to_string());
+    let mut args = Vec::with_capacity(6 + 2 * asks.len());
+    args.push(voucher.to_string().into_bytes());
+    args.push(call.seqs().into_bytes());
+    args.push(call.names());
+    args.push(call.name.to_vec());
     let mut entry = String::with_capacity(48 * asks.len());
     for (i, a) in asks.iter().enumerate() {
         if i > 0 {
@@ -57,11 +70,11 @@ pub(super) fn script_args(voucher: i64, floor: i64, format: u32, asks: &[Ask]) -
         }
         let _ = write!(entry, "{},{},{}", a.order_id, a.user_id, a.created_ms);
     }
-    args.push(entry);
-    args.push(format.to_string());
+    args.push(entry.into_bytes());
+    args.push(format.to_string().into_bytes());
     for a in asks {
-        args.push(a.user_id.to_string());
-        args.push(format!("{}:{}", a.order_id, a.created_ms));
+        args.push(a.user_id.to_string().into_bytes());
+        args.push(format!("{}:{}", a.order_id, a.created_ms).into_bytes());
     }
     args
 }
@@ -83,19 +96,33 @@ pub(super) fn short_of_replicas(
     }
 }
 
-/// The script's reply: its status, the shard's sequence, and one reply per order
-/// (see `lua/reserve.lua`).
-pub(super) fn split_reply(reply: Value) -> anyhow::Result<(i64, i64, Vec<Value>)> {
+/// The script's reply (see `lua/reserve.lua`).
+pub(super) struct Reply {
+    pub status: i64,
+    /// The shard's sequence after the call.
+    pub seq: i64,
+    /// Whether the call wrote (its write at `seq` bears the call's name).
+    pub wrote: bool,
+    /// One per order.
+    pub replies: Vec<Value>,
+}
+
+/// The script's reply: its status, the shard's sequence, whether it wrote, and
+/// one reply per order (see `lua/reserve.lua`).
+pub(super) fn split_reply(reply: Value) -> anyhow::Result<Reply> {
     let Value::Array(mut parts) = reply else {
         anyhow::bail!("reserve.lua returned {reply:?}, not a status, a sequence and the orders' replies");
     };
-    if parts.len() < 2 {
-        anyhow::bail!("reserve.lua returned {parts:?}, without a status and a sequence");
+    if parts.len() < 3 {
+        anyhow::bail!("reserve.lua returned {parts:?}, without a status, a sequence and whether it wrote");
     }
-    let replies = parts.split_off(2);
-    let status: i64 = redis::from_redis_value_ref(&parts[0])?;
-    let seq: i64 = redis::from_redis_value_ref(&parts[1])?;
-    Ok((status, seq, replies))
+    let replies = parts.split_off(3);
+    Ok(Reply {
+        status: redis::from_redis_value_ref(&parts[0])?,
+        seq: redis::from_redis_value_ref(&parts[1])?,
+        wrote: redis::from_redis_value_ref::<i64>(&parts[2])? == 1,
+        replies,
+    })
 }
 
 /// One order's reply (see `lua/reserve.lua`).

@@ -1,7 +1,7 @@
 //! A relay's intent: before it publishes a batch, the relay records the batch's
 //! orders in Postgres (`relay_intents`: each order's id, sale, shopper and time),
-//! and with them the highest sequence of each shard its entries came from
-//! (`shard_floors`), in one statement.
+//! and with them its latest point of each shard its entries came from
+//! (`shard_points`, see [`crate::recovery::history`]), in one statement.
 //!
 //! That makes the orders that may be in RabbitMQ or in a worker's hands an exact,
 //! durable set: an order is in its outbox stream until its relay's publish was
@@ -9,16 +9,17 @@
 //! transaction that stores it deletes the intent. A repair reads the outboxes, then
 //! the intents, then Postgres, and so counts every order admitted and not lost
 //! without waiting for any worker ([`crate::recovery`]). An intent is recorded only
-//! while its sales are at the generation its orders were read in (see [`record`]). The floors make every
+//! while its sales are at the generation its orders were read in (see [`record`]). The points make every
 //! order published a write that every process knows of: a shard that went back to
-//! before it is refused by the next call of any process once its floors are
-//! refreshed. An intent whose publish never happened (the relay died, the broker
+//! before it, or holds another history since, is refused by the next call of any
+//! process once its points are refreshed. An intent whose publish never happened (the relay died, the broker
 //! refused) leaves its orders pending in the outbox, where they are read again and
 //! published under another intent.
 use anyhow::{Context, Result};
 use sqlx::PgPool;
 
 use crate::order::OrderMsg;
+use crate::recovery::Point;
 use std::sync::LazyLock;
 
 /// The statement [`record`] runs: the recovery area's hold of the sales'
@@ -26,16 +27,17 @@ use std::sync::LazyLock;
 /// moved.
 static RECORD: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "{} INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms)
-         SELECT $1, 0, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM moved)
+        "{} INSERT INTO relay_intents (namespace, epoch, voucher_ids, order_ids, user_ids, created_ms, rescued)
+         SELECT $1, 0, $2, $3, $4, $5, $11 WHERE NOT EXISTS (SELECT 1 FROM moved)
          RETURNING id",
         crate::recovery::GENERATIONS_HELD
     )
 });
 
-/// Records `orders` as about to be published, and `floors` (shard tag, highest
-/// sequence read) as the shards' floors; returns the intent's id (the message
-/// carries it). `None` when a sale of the batch is no longer at the generation its
+/// Records `orders` as about to be published, and `points` (shard tag, the
+/// latest point read of it) as `writer`'s; returns the intent's id (the message
+/// carries it). `rescued`: the orders are a process's memory of orders it
+/// acknowledged (see `crate::recovery::rescue`), not a relay's read. `None` when a sale of the batch is no longer at the generation its
 /// orders are of ([`OrderMsg::epoch`]): a repair took the next one since they were
 /// read, and may not have counted them (the relay settles them again, see
 /// [`super::read_before_repair`]).
@@ -49,17 +51,22 @@ pub async fn record(
     pg: &PgPool,
     namespace: &str,
     orders: &[OrderMsg],
-    floors: &[(String, i64)],
+    points: &[(String, Point)],
+    writer: &str,
+    rescued: bool,
 ) -> Result<Option<i64>> {
     let vouchers: Vec<i64> = orders.iter().map(|o| o.voucher_id.get()).collect();
     let ids: Vec<i64> = orders.iter().map(|o| o.id.get()).collect();
     let users: Vec<i64> = orders.iter().map(|o| o.user_id.get()).collect();
     let times: Vec<i64> = orders.iter().map(|o| o.created_ms).collect();
     let gens: Vec<i64> = orders.iter().map(|o| o.epoch).collect();
-    let mut floors: Vec<(&str, i64)> = floors.iter().map(|(t, s)| (t.as_str(), *s)).collect();
+    let mut points: Vec<(&str, Point)> = points.iter().map(|(t, p)| (t.as_str(), *p)).collect();
     // In one order, so that two relays never wait for each other's rows in a cycle.
-    floors.sort_unstable();
-    let (tags, seqs): (Vec<&str>, Vec<i64>) = floors.into_iter().unzip();
+    points.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    points.dedup_by(|a, b| a.0 == b.0);
+    let tags: Vec<&str> = points.iter().map(|(t, _)| *t).collect();
+    let seqs: Vec<i64> = points.iter().map(|(_, p)| p.seq).collect();
+    let names: Vec<Vec<u8>> = points.iter().map(|(_, p)| p.name.to_vec()).collect();
     // One statement, one round trip, one commit.
     sqlx::query_scalar(&RECORD)
         .bind(namespace)
@@ -70,6 +77,9 @@ pub async fn record(
         .bind(&gens)
         .bind(&tags)
         .bind(&seqs)
+        .bind(&names)
+        .bind(writer)
+        .bind(rescued)
         .fetch_optional(pg)
         .await
         .context("recording a relay intent")
@@ -101,15 +111,15 @@ pub async fn sweep(pg: &PgPool, namespace: &str) -> Result<u64> {
 }
 
 /// The orders of the sale `voucher` in this namespace's intents, the oldest intent
-/// first, as (id, shopper, admission ms); an intent of an older version names no
-/// shopper nor time.
+/// first, as (id, shopper, admission ms, whether a rescue recorded it); an intent
+/// of an older version names no shopper nor time.
 pub async fn orders_of_sale(
     pg: &PgPool,
     namespace: &str,
     voucher: i64,
-) -> Result<Vec<(i64, Option<i64>, Option<i64>)>> {
+) -> Result<Vec<(i64, Option<i64>, Option<i64>, bool)>> {
     sqlx::query_as(
-        "SELECT x.id, x.user_id, x.created_ms
+        "SELECT x.id, x.user_id, x.created_ms, i.rescued
            FROM relay_intents i,
                 unnest(i.order_ids, i.voucher_ids, i.user_ids, i.created_ms) AS x(id, voucher_id, user_id, created_ms)
           WHERE i.namespace = $1 AND x.voucher_id = $2

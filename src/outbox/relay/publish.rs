@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use lapin::{BasicProperties, Channel};
 
 impl Relay {
-    /// Publishes orders this relay read (`floors`: the highest sequence read of each
-    /// shard), each recorded first in an intent (see `intent`); orders not of
+    /// Publishes orders this relay read (`points`: the latest point read of each
+    /// shard, checked), each recorded first in an intent (see `intent`); orders not of
     /// their sale's generation are settled first (see `read_before_repair`). Returns how many it
     /// published, or `None` when a repair kept refusing the intent: what is left
     /// stays pending in the outbox (orders without an entry are held).
@@ -18,7 +18,7 @@ impl Relay {
         conn: &mut crate::redis_conn::Conn,
         channel: &Channel,
         orders: Vec<(OrderMsg, Origin)>,
-        floors: &[(String, i64)],
+        points: &[(String, crate::recovery::Point)],
     ) -> Result<Option<usize>> {
         let mut published = 0;
         let mut todo = orders;
@@ -35,9 +35,11 @@ impl Relay {
             let mut refused = None;
             for (k, range) in chunks.iter().enumerate() {
                 let chunk: Vec<OrderMsg> = fresh[range.clone()].iter().map(|(o, _)| *o).collect();
-                // Recorded before the publish (see `intent`), with the shards' floors,
+                // Recorded before the publish (see `intent`), with the shards' points,
                 // while every sale is still at the generation its orders are of.
-                let Some(intent) = intent::record(&self.pg, self.keys.namespace(), &chunk, floors).await? else {
+                let Some(intent) =
+                    intent::record(&self.pg, self.keys.namespace(), &chunk, points, &self.consumer, false).await?
+                else {
                     refused = Some(k);
                     break;
                 };

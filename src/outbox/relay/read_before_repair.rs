@@ -22,16 +22,16 @@
 //!   bring back (README, Durability).
 use super::{Origin, Relay};
 use crate::id::OrderKey;
-use crate::keys::Keys;
 use crate::order::OrderMsg;
-use crate::recovery::GEN;
+use crate::recovery::history::Point;
+use crate::recovery::side::{Side, SideWrite};
 use crate::redis_conn::Conn;
 use anyhow::{Context, Result};
 use redis::Script;
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
-static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/late_admit.lua")));
+static LATE_ADMIT: LazyLock<Script> = LazyLock::new(|| Script::new(crate::shard_script!("late_admit")));
 
 /// The failure of an order whose unit or shopper was sold again, by a repair that
 /// could not count it, before its relay published it.
@@ -54,119 +54,14 @@ impl Relay {
         }
         // Held from here on until settled: an error below leaves them held.
         self.hold(&gone);
-        let settled = self.settle_gone(conn, &gone, gens).await?;
+        let gone: Vec<(OrderMsg, String)> = gone.into_iter().map(|(o, origin)| (o, origin.tag)).collect();
+        let settled = settle_gone(&self.recovery, conn, &gone, gens).await?.settled;
         self.held
             .orders
             .lock()
             .expect("held poisoned")
             .retain(|(o, _)| !settled.contains(&o.key()));
         Ok(publish)
-    }
-
-    /// Settles orders whose entry is gone: stored already, admitted again by
-    /// `lua/late_admit.lua`, or stored `failed`. Returns those settled (by
-    /// [`OrderKey`]); the others stay held.
-    async fn settle_gone(
-        &self,
-        conn: &mut Conn,
-        gone: &[(OrderMsg, Origin)],
-        gens: &HashMap<i64, i64>,
-    ) -> Result<HashSet<OrderKey>> {
-        let stored = self.stored(gone).await?;
-        let mut failed: Vec<(OrderMsg, String)> = Vec::new();
-        let mut settled: HashSet<OrderKey> = HashSet::new();
-        for (o, origin) in gone {
-            if stored.contains(&o.key()) {
-                settled.insert(o.key());
-                continue;
-            }
-            if self.recovery.is_closed(o.voucher_id.get()) {
-                continue;
-            }
-            let gen = gens.get(&o.voucher_id.get()).copied().unwrap_or(0);
-            let floor = self.recovery.floors.get(&origin.tag).max(gen * GEN);
-            let format = self.recovery.formats.writes();
-            let (code, seq) = late_admit(conn, &self.keys, &origin.tag, o, floor, format).await?;
-            match code {
-                1 | 2 => {
-                    self.recovery.floors.raise(&origin.tag, seq);
-                    settled.insert(o.key());
-                }
-                0 => failed.push((*o, origin.tag.clone())),
-                -4 => self.recovery.lost(
-                    o.voucher_id.get(),
-                    "a shard went back in time (a late order found it behind)",
-                ),
-                // Not loaded: lost, or closed by the repair and not reopened yet.
-                _ => {}
-            }
-        }
-        if !failed.is_empty() {
-            self.store_late_conflicts(conn, &failed).await?;
-            settled.extend(failed.iter().map(|(o, _)| o.key()));
-        }
-        Ok(settled)
-    }
-
-    /// Stores as `failed` late orders whose unit or shopper was sold again (each
-    /// with its shard's tag), counts them as admitted on their shards, and reports
-    /// each as an incident.
-    async fn store_late_conflicts(&self, conn: &mut Conn, failed: &[(OrderMsg, String)]) -> Result<()> {
-        let orders: Vec<OrderMsg> = failed.iter().map(|(o, _)| *o).collect();
-        crate::worker::persist::store_failed(&self.pg, &orders, LATE_CONFLICT)
-            .await
-            .context("storing late orders that cannot be honoured")?;
-        // Counted as admitted in Redis, as a repair counts every stored order
-        // (failed ones too): the sale's audit then shows the failures, and its
-        // units and orders still add up (src/voucher/audit/books.rs).
-        let mut per_shard: HashMap<&str, i64> = HashMap::new();
-        for (_, tag) in failed {
-            *per_shard.entry(tag).or_default() += 1;
-        }
-        for (tag, n) in per_shard {
-            let _: i64 = redis::cmd("INCRBY")
-                .arg(self.keys.of_tag(tag, "admitted"))
-                .arg(n)
-                .query_async(conn)
-                .await
-                .context("counting late orders that cannot be honoured")?;
-        }
-        for o in &orders {
-            self.metrics
-                .worker_incidents
-                .with_label_values(&["late_conflict"])
-                .inc();
-            tracing::error!(
-                order_id = o.id.get(),
-                user_id = o.user_id.get(),
-                voucher_id = o.voucher_id.get(),
-                "INCIDENT: an order read before Redis went back in time was sold again before it was \
-                 published; stored as failed"
-            );
-        }
-        Ok(())
-    }
-
-    /// Which of `orders` Postgres holds, as (id its shopper holds, shopper, voucher).
-    async fn stored(&self, orders: &[(OrderMsg, Origin)]) -> Result<HashSet<OrderKey>> {
-        let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id.get()).collect();
-        let rows: Vec<(i64, Option<i64>, i64, i64)> = sqlx::query_as(
-            "SELECT id, issued_id, user_id, voucher_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
-        )
-        .bind(&ids)
-        .fetch_all(&self.pg)
-        .await
-        .context("looking for late orders in Postgres")?;
-        Ok(rows
-            .into_iter()
-            .flat_map(|(id, issued, user, voucher)| {
-                [
-                    Some(OrderKey::of(id, user, voucher)),
-                    issued.map(|i| OrderKey::of(i, user, voucher)),
-                ]
-            })
-            .flatten()
-            .collect())
     }
 
     /// Holds orders (whose entry is gone) until they are settled; each once.
@@ -189,30 +84,168 @@ impl Relay {
     }
 }
 
-/// `lua/late_admit.lua` for `o` on the shard `tag`; an entry it writes is of
-/// `format` (see `crate::outbox::format`).
-async fn late_admit(
+/// What [`settle_gone`] did.
+#[derive(Default)]
+pub struct Settled {
+    /// The orders settled (stored already, counted by the shard, admitted again,
+    /// or stored `failed`); the others are to be tried again later.
+    pub settled: HashSet<OrderKey>,
+    /// Those of them `lua/late_admit.lua` admitted again now.
+    pub admitted: Vec<OrderMsg>,
+}
+
+/// Settles orders (each with its shard's tag) whose outbox entry is gone and that
+/// no repair counted: stored already, admitted again by `lua/late_admit.lua`, or
+/// stored `failed` (an incident); those whose sale is closed here, or whose shard
+/// is not reopened yet, are left. `gens`: the sales' generations.
+pub async fn settle_gone(
+    recovery: &crate::recovery::Recovery,
     conn: &mut Conn,
-    keys: &Keys,
+    gone: &[(OrderMsg, String)],
+    gens: &HashMap<i64, i64>,
+) -> Result<Settled> {
+    let stored = stored(&recovery.pg, gone).await?;
+    let mut failed: Vec<(OrderMsg, String)> = Vec::new();
+    let mut out = Settled::default();
+    for (o, tag) in gone {
+        if stored.contains(&o.key()) {
+            out.settled.insert(o.key());
+            continue;
+        }
+        if recovery.is_closed(o.voucher_id.get()) {
+            continue;
+        }
+        let gen = gens.get(&o.voucher_id.get()).copied().unwrap_or(0);
+        let w = late_admit(recovery, conn, tag, o, gen).await?;
+        if !w.acked {
+            // Short of its replicas: tried again later (counted once: the mark).
+            continue;
+        }
+        let code = w.code;
+        match code {
+            1 | 2 => {
+                out.settled.insert(o.key());
+                if code == 1 {
+                    out.admitted.push(*o);
+                }
+            }
+            0 => failed.push((*o, tag.clone())),
+            -4 => recovery.lost(
+                o.voucher_id.get(),
+                "a shard went back in time (a late order found it behind)",
+            ),
+            // Not loaded: lost, or closed by the repair and not reopened yet.
+            _ => {}
+        }
+    }
+    if !failed.is_empty() {
+        store_late_conflicts(recovery, conn, &failed).await?;
+        out.settled.extend(failed.iter().map(|(o, _)| o.key()));
+    }
+    Ok(out)
+}
+
+/// Stores as `failed` late orders whose unit or shopper was sold again (each
+/// with its shard's tag), counts them as admitted on their shards, and reports
+/// each as an incident.
+async fn store_late_conflicts(
+    recovery: &crate::recovery::Recovery,
+    conn: &mut Conn,
+    failed: &[(OrderMsg, String)],
+) -> Result<()> {
+    let orders: Vec<OrderMsg> = failed.iter().map(|(o, _)| *o).collect();
+    crate::worker::persist::store_failed(&recovery.pg, &orders, LATE_CONFLICT)
+        .await
+        .context("storing late orders that cannot be honoured")?;
+    // Counted as admitted in Redis, as a repair counts every stored order
+    // (failed ones too): the sale's audit then shows the failures, and its
+    // units and orders still add up (src/voucher/audit/books.rs).
+    let mut per_shard: HashMap<&str, i64> = HashMap::new();
+    for (_, tag) in failed {
+        *per_shard.entry(tag).or_default() += 1;
+    }
+    for (tag, n) in per_shard {
+        let _: i64 = redis::cmd("INCRBY")
+            .arg(recovery.keys.of_tag(tag, "admitted"))
+            .arg(n)
+            .query_async(conn)
+            .await
+            .context("counting late orders that cannot be honoured")?;
+    }
+    for o in &orders {
+        recovery
+            .metrics
+            .worker_incidents
+            .with_label_values(&["late_conflict"])
+            .inc();
+        tracing::error!(
+            order_id = o.id.get(),
+            user_id = o.user_id.get(),
+            voucher_id = o.voucher_id.get(),
+            "INCIDENT: an order read before Redis went back in time was sold again before it was \
+             published; stored as failed"
+        );
+    }
+    Ok(())
+}
+
+/// Which of `orders` Postgres holds, as (id its shopper holds, shopper, voucher).
+async fn stored(pg: &sqlx::PgPool, orders: &[(OrderMsg, String)]) -> Result<HashSet<OrderKey>> {
+    let ids: Vec<i64> = orders.iter().map(|(o, _)| o.id.get()).collect();
+    let rows: Vec<(i64, Option<i64>, i64, i64)> = sqlx::query_as(
+        "SELECT id, issued_id, user_id, voucher_id FROM voucher_orders WHERE id = ANY($1) OR issued_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(pg)
+    .await
+    .context("looking for late orders in Postgres")?;
+    Ok(rows
+        .into_iter()
+        .flat_map(|(id, issued, user, voucher)| {
+            [
+                Some(OrderKey::of(id, user, voucher)),
+                issued.map(|i| OrderKey::of(i, user, voucher)),
+            ]
+        })
+        .flatten()
+        .collect())
+}
+
+/// `lua/late_admit.lua` for `o` on the shard `tag` (a side write, passing the
+/// sale's generation `gen` as a point too); an entry it writes is of the format
+/// this process writes (see `crate::outbox::format`).
+async fn late_admit(
+    recovery: &crate::recovery::Recovery,
+    conn: &mut Conn,
     tag: &str,
     o: &OrderMsg,
-    floor: i64,
-    format: u32,
-) -> Result<(i64, i64)> {
-    LATE_ADMIT
-        .key(keys.of_tag(tag, "stock"))
-        .key(keys.of_tag(tag, "buyers"))
-        .key(keys.of_tag(tag, "admitted"))
-        .key(keys.of_tag(tag, "returned"))
-        .key(keys.of_tag(tag, "outbox"))
-        .key(keys.of_tag(tag, "seq"))
-        .arg(o.voucher_id.get())
-        .arg(o.user_id.get())
-        .arg(o.id.get())
-        .arg(o.created_ms)
-        .arg(floor)
-        .arg(format)
-        .invoke_async(conn)
+    gen: i64,
+) -> Result<SideWrite> {
+    let keys = &recovery.keys;
+    let side = Side {
+        tag,
+        script: &LATE_ADMIT,
+        keys: ["stock", "buyers", "admitted", "returned", "outbox", "seq", "hist"]
+            .iter()
+            .map(|k| keys.of_tag(tag, k))
+            .collect(),
+        also: Some(Point::gen_start(gen)),
+        reads: crate::recovery::side::wrote_on_one,
+    };
+    let format = recovery.formats.writes();
+    recovery
+        .side_write(conn, side, |call| {
+            vec![
+                o.voucher_id.get().to_string().into_bytes(),
+                o.user_id.get().to_string().into_bytes(),
+                o.id.get().to_string().into_bytes(),
+                o.created_ms.to_string().into_bytes(),
+                call.seqs().into_bytes(),
+                call.names(),
+                call.name.to_vec(),
+                format.to_string().into_bytes(),
+            ]
+        })
         .await
         .context("late_admit.lua")
 }

@@ -19,9 +19,9 @@ struct Reading {
     entries: usize,
     /// The entries to acknowledge once their orders are published, per stream.
     done: HashMap<String, Vec<String>>,
-    /// The highest sequence read per shard: recorded with the intents, and this
-    /// process's floors raised to it once they are.
-    seen: HashMap<String, i64>,
+    /// The latest point read per shard (the entry of the highest sequence): checked
+    /// and recorded with the intents (see `super::points`).
+    seen: HashMap<String, crate::recovery::Point>,
     /// The entries this binary cannot read, per stream.
     unreadable: HashMap<String, Vec<String>>,
 }
@@ -76,14 +76,12 @@ impl Relay {
         // orders per entry, and entries differ in size). If a later message cannot
         // be published, the round's entries stay pending and are published again,
         // the earlier messages' orders too (the worker stores each order once).
-        let floors: Vec<(String, i64)> = seen.into_iter().collect();
-        let Some(published) = self.publish_read(&mut conn, channel, orders, &floors).await? else {
+        let points = self.checked(&mut conn, seen).await;
+        let Some(published) = self.publish_read(&mut conn, channel, orders, &points).await? else {
             self.memory.left_pending.store(true, Ordering::Relaxed);
             return Ok(0);
         };
-        for (tag, seq) in &floors {
-            self.recovery.floors.raise(tag, *seq);
-        }
+        self.recorded(&points);
         if !done.is_empty() {
             self.acknowledge(&conn, &done).await?;
         }
@@ -114,9 +112,11 @@ impl Relay {
                 match crate::outbox::entry::parse(&entry, self.recovery.formats.reads()) {
                     Some(e) => {
                         reading.entries += 1;
-                        if let Some(seq) = e.seq {
-                            let top = reading.seen.entry(tag.clone()).or_default();
-                            *top = (*top).max(seq);
+                        if let Some(p) = e.point() {
+                            let top = reading.seen.entry(tag.clone()).or_insert(p);
+                            if p.seq > top.seq {
+                                *top = p;
+                            }
                         }
                         let origin = Origin {
                             tag: tag.clone(),

@@ -26,7 +26,9 @@ fn books(pg_stock: i64, stored: Vec<Stored>, in_flight: Vec<Known>) -> Books {
         stored,
         in_flight,
         requeue: Vec::new(),
+        rescued: Vec::new(),
         topups: Vec::new(),
+        held_back: 0,
         unnamed: 0,
     }
 }

@@ -55,7 +55,9 @@ impl Settled {
 }
 
 /// Looks at the rows `inserted` lacks until each is stored or known to be stored
-/// (a few rounds: a fresh id or number may meet another conflict).
+/// (a few rounds: a fresh id or number may meet another conflict). A row still
+/// without a status after them fails the batch ([`PersistError::Unsettled`]):
+/// committed, its order would vanish with its intent.
 pub async fn settle(
     tx: &mut PgConnection,
     sequences: &Sequences,
@@ -115,6 +117,10 @@ pub async fn settle(
         if !retry.id.is_empty() {
             s.inserted.extend(retry.insert(&mut *tx).await?);
         }
+    }
+    let unsettled = rows.iter().filter(|(o, _)| !s.inserted.contains_key(&o.key())).count();
+    if unsettled > 0 {
+        return Err(PersistError::Unsettled(unsettled));
     }
     s.inserted.retain(|_, status| status != "duplicate");
     Ok(s)

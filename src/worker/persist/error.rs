@@ -6,6 +6,11 @@ pub enum PersistError {
     Db(#[from] sqlx::Error),
     #[error("order numbers: {0:#}")]
     Numbers(anyhow::Error),
+    /// Rows the insert skipped whose conflicts did not settle in the rounds the
+    /// worker gives them (each retry met another conflict): the batch is not
+    /// committed, nor its messages acknowledged as stored.
+    #[error("{0} order(s) whose conflicts did not settle")]
+    Unsettled(usize),
 }
 
 impl PersistError {
@@ -14,6 +19,7 @@ impl PersistError {
     pub fn is_transient(&self) -> bool {
         match self {
             PersistError::Numbers(_) => true,
+            PersistError::Unsettled(_) => false,
             PersistError::Db(sqlx::Error::Database(db)) => {
                 // Data exceptions, integrity violations and SQL errors will fail again.
                 let class = db

@@ -33,7 +33,7 @@ pub mod crowd;
 
 use crate::fixtures::{require_root, spawn_binary, OwnPostgres, OwnRabbit, OwnRedis};
 use crate::helpers::*;
-use crowd::{after_the_fault, crowd, settle, settle_on, Tally};
+use crowd::{after_the_fault, crowd, settle, settle_allowing, settle_on, Tally};
 use reqwest::StatusCode;
 use std::collections::HashSet;
 use std::sync::Arc;

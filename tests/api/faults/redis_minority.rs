@@ -55,6 +55,17 @@ async fn a_redis_master_on_the_minority_side_of_a_partition_loses_nothing_with_w
             .unwrap()
     };
     assert!(held > 0, "the master to cut off holds some of the sale's shards");
+    // The fresh cluster's replicas in sync first: until then orders are refused
+    // before they reserve, and the fault would land on no order in flight. (This
+    // instance's replica watch; the other `serve` reads every 250 ms.)
+    let watch = app.app().state().ordering.placer.replication.watch.clone();
+    let shards: Vec<String> = (0..8).map(|k| ns.keys().stock_at(v, k, 8)).collect();
+    eventually(Duration::from_secs(60), || async {
+        shards.iter().all(|k| watch.in_sync(k) >= 1).then_some(())
+    })
+    .await
+    .expect("every master's replicas in sync within 60 s");
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let failover = Arc::new(std::sync::Mutex::new(Duration::ZERO));
     let tally = crowd(&app.addr, &app.jwt, app.pg(), v, 1..301, |landing| {
         let (cluster, failover) = (cluster.clone(), failover.clone());

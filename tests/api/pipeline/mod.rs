@@ -125,5 +125,6 @@ async fn wait_published(app: &TestApp, ns: &Namespace, n: u64) {
 mod formats;
 mod generations;
 mod outages_and_acks;
+mod quarantine;
 mod redelivery;
 mod unreadable;

@@ -112,9 +112,11 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     app.shutdown().await;
 }
 
-/// A repair counts the orders in flight from the outboxes: one it cannot read
-/// fails the count (the repair is tried again, the sale stays closed) rather than
-/// rebuild the sale without those orders, whose units would be sold again.
+/// A repair counts the orders in flight from the outboxes: an entry of a newer
+/// format fails the count (the repair is tried again, the sale stays closed, until
+/// a process that reads it repairs) rather than rebuild the sale without its
+/// orders, whose units would be sold again; an entry that is no entry at all is
+/// set apart, to be quarantined.
 #[tokio::test]
 async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
     let ns = Namespace::new().await;
@@ -126,7 +128,25 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
     let read = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
         .await
         .unwrap();
-    assert_eq!(read.len(), 1, "the order in flight");
+    assert_eq!(read.orders.len(), 1, "the order in flight");
+    let _: String = redis::cmd("XADD")
+        .arg(&outbox)
+        .arg("*")
+        .arg("v")
+        .arg(v)
+        .arg("z")
+        .arg("not an entry")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+        .await
+        .unwrap();
+    assert_eq!(
+        (read.orders.len(), read.corrupt.len()),
+        (1, 1),
+        "counted, and set apart"
+    );
     let _: String = redis::cmd("XADD")
         .arg(&outbox)
         .arg("*")
@@ -134,13 +154,15 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
         .arg(v)
         .arg("z")
         .arg("orders in a format of a later version")
+        .arg("f")
+        .arg(99)
         .query_async(&mut conn)
         .await
         .unwrap();
     let err = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
         .await
-        .expect_err("an outbox with an entry it cannot read is not counted");
-    assert!(format!("{err:#}").contains("cannot read"), "{err:#}");
+        .expect_err("an outbox with an entry of a newer format is not counted");
+    assert!(format!("{err:#}").contains("newer than this binary reads"), "{err:#}");
     app.shutdown().await;
 }
 

@@ -45,9 +45,11 @@ async fn two_masters(ns: &Namespace, replicas: u16) -> (OwnCluster, TestApp, (i6
         Some(master),
         "a sale on another master"
     );
-    // Until both sell. A new shopper each try: on a cluster just formed, a replica
-    // may not have caught up within the WAIT timeout, so an order can be admitted
-    // and answered 503; the same shopper's retry would say already_ordered.
+    // Until both sell. A new shopper each try (below the shoppers' ids, from 10^7
+    // on): on a cluster just formed, a replica may not have caught up, so an order
+    // is refused (before it reserves, once the replica watch read the replicas'
+    // state; before that, admitted and answered 503: the same shopper's retry
+    // would say already_ordered).
     let next = std::sync::atomic::AtomicI64::new(1);
     for v in [target, other] {
         let (status, body) = eventually(Duration::from_secs(60), || async {
@@ -145,8 +147,8 @@ async fn a_killed_master_closes_only_its_sales_until_a_replica_is_back() {
     let (cluster, app, (target, master), other) = two_masters(&ns, 1).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let landing = Landing::new(app.pg(), target);
-    let on_target = shoppers(&app, target, 100, stop.clone(), landing.clone());
-    let on_other = shoppers(&app, other, 100, stop.clone(), Landing::new(app.pg(), other));
+    let on_target = shoppers(&app, target, 10_000_000, stop.clone(), landing.clone());
+    let on_other = shoppers(&app, other, 10_000_000, stop.clone(), Landing::new(app.pg(), other));
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The kill lands on the target sale's work in flight.
     let landed = landing.lands().await;
@@ -227,8 +229,8 @@ async fn with_two_replicas_a_killed_masters_sales_sell_again_once_failed_over() 
     let (cluster, app, (target, master), other) = two_masters(&ns, 2).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let landing = Landing::new(app.pg(), target);
-    let on_target = shoppers(&app, target, 100, stop.clone(), landing.clone());
-    let on_other = shoppers(&app, other, 100, stop.clone(), Landing::new(app.pg(), other));
+    let on_target = shoppers(&app, target, 10_000_000, stop.clone(), landing.clone());
+    let on_other = shoppers(&app, other, 10_000_000, stop.clone(), Landing::new(app.pg(), other));
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The kill lands on the target sale's work in flight.
     let landed = landing.lands().await;

@@ -72,5 +72,6 @@ async fn numbers(app: &TestApp, tenant: i64, count: i64) -> Option<Vec<String>> 
 }
 
 mod counters;
+pub(crate) mod named;
 mod postgres_back;
 mod restores;

@@ -1,7 +1,7 @@
 //! Sharded sales (`stock_shards`): a crowd over four shards, demand skewed onto one
 //! shard (units move), a move interrupted after its give, Redis losing a sharded
 //! sale, a cancellation's unit going back to its shopper's shard, validation.
-use crate::faults::crowd::{crowd, settle, settle_on, Tally};
+use crate::faults::crowd::{crowd, settle, settle_allowing, settle_on, Tally};
 use crate::helpers::*;
 use reqwest::StatusCode;
 use seckill::keys::shard_of;
@@ -158,7 +158,7 @@ async fn a_unit_back_on_shard_1_sells_to_a_shopper_of_shard_2(event: bool) -> Du
 async fn bounce(
     conn: &mut seckill::redis_conn::Conn,
     keys: &seckill::keys::Keys,
-    floors: &seckill::recovery::Floors,
+    recovery: &seckill::recovery::Recovery,
     v: i64,
     from: u32,
     to: u32,
@@ -171,9 +171,9 @@ async fn bounce(
         to,
         transfer: &transfer,
     };
-    let (given, at) = shards::give(conn, keys, floors, &mv, 1_000).await.unwrap();
+    let (given, at, _) = shards::give(conn, keys, recovery, &mv, 1_000).await.unwrap();
     if given > 0 {
-        shards::take(conn, keys, floors, &mv, given, at).await.unwrap();
+        shards::take(conn, keys, recovery, &mv, given, at).await.unwrap();
         shards::done(conn, keys, &mv).await.unwrap();
     }
     given.max(0)

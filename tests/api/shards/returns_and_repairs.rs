@@ -129,8 +129,8 @@ async fn a_unit_bouncing_between_two_shards_is_never_called_sold_out() {
                 let mut moves = 0;
                 let mut pairs = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    moves += bounce(&mut conn, &keys, &recovery.floors, v, 0, 1).await;
-                    moves += bounce(&mut conn, &keys, &recovery.floors, v, 1, 0).await;
+                    moves += bounce(&mut conn, &keys, &recovery, v, 0, 1).await;
+                    moves += bounce(&mut conn, &keys, &recovery, v, 1, 0).await;
                     pairs += 1;
                     // A breath every 50 round trips: the moves still race the
                     // refills, but a loaded machine cannot turn the loop into a wall
