@@ -10,8 +10,9 @@
 # one order per call for a script of the old shape (user, order id, created_ms,
 # voucher id), calls of 1 and 16 for a batch script (three values per order; the
 # call's outbox entry, then a user and a mark per order; the same after the
-# shard's floor (and its sequence key); or today's: the same with the outbox
-# format after the entry).
+# shard's floor (and its sequence key); the same with the outbox format after
+# the entry; or today's: the caller's points of the shard's history and the
+# write's name before the entry, lua/history.lua before the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV="" REQUESTS=200000
@@ -30,11 +31,14 @@ trap 'redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$DIR
 until redis-cli -p "$PORT" ping >/dev/null 2>&1; do sleep 0.1; done
 cli() { redis-cli -p "$PORT" "$@"; }
 
-# run <label> <sha> <orders per call> <stock> <shape: single|triples|marks|floor|format>
+# run <label> <sha> <orders per call> <stock> <shape: single|triples|marks|floor|format|named>
 run() {
   local label=$1 sha=$2 per=$3 stock=$4 shape=$5
   cli flushall >/dev/null
   cli set '{v1}:stock' "$stock" >/dev/null
+  # One write of the shard's history already named, the caller's point on it.
+  cli set '{v1}:seq' 1 >/dev/null
+  cli set '{v1}:hist' abcdefgh >/dev/null
   cli config resetstat >/dev/null
   local args=()
   case "$shape" in
@@ -42,7 +46,7 @@ run() {
     triples)
       args=(1)
       for _ in $(seq "$per"); do args+=(__rand_int__ __rand_int__ 1700000000000); done ;;
-    marks|floor|format)
+    marks|floor|format|named)
       # Each order's id and user are random (a new shopper each); the entry is
       # as long as the service's (ids of 18 digits), its content unread by Redis.
       local entry=""
@@ -54,10 +58,11 @@ run() {
         marks) args=(1 "$entry" "${args[@]}") ;;
         floor) args=(1 0 "$entry" "${args[@]}") ;;
         format) args=(1 0 "$entry" 2 "${args[@]}") ;;
+        named) args=(1 1 abcdefgh hgfedcba "$entry" 2 "${args[@]}") ;;
       esac ;;
   esac
   local keys=('{v1}:stock' '{v1}:buyers' '{v1}:admitted' '{v1}:outbox')
-  case "$shape" in floor|format) keys+=('{v1}:seq') ;; esac
+  case "$shape" in floor|format) keys+=('{v1}:seq') ;; named) keys+=('{v1}:seq' '{v1}:hist') ;; esac
   local calls=$((REQUESTS / per))
   local rps
   rps=$(redis-benchmark -p "$PORT" -n "$calls" -c 50 -P 4 -r 1000000000 -q --csv \
@@ -69,11 +74,17 @@ run() {
     printf "%-34s %3d orders/call  %9.0f orders/s  %6.2f us Redis CPU per order\n", l, per, rps * per, usec / per }'
 }
 
-NEW=$(cli script load "$(cat lua/reserve.lua)")
+NEW=$(cli script load "$(cat lua/history.lua lua/reserve.lua)")
 if [ -n "$REV" ]; then
   OLD_SRC=$(git show "$REV:lua/reserve.lua")
+  if git cat-file -e "$REV:lua/history.lua" 2>/dev/null; then
+    OLD_SRC="$(git show "$REV:lua/history.lua")
+$OLD_SRC"
+  fi
   OLD=$(cli script load "$OLD_SRC")
-  if grep -q 'the outbox format to write' <<<"$OLD_SRC"; then
+  if grep -q 'the name of this call' <<<"$OLD_SRC"; then
+    OLD_SHAPE=named
+  elif grep -q 'the outbox format to write' <<<"$OLD_SRC"; then
     OLD_SHAPE=format
   elif grep -q "the caller's floor" <<<"$OLD_SRC"; then
     OLD_SHAPE=floor
@@ -95,6 +106,6 @@ if [ -n "$REV" ]; then
   fi
 fi
 for per in 1 16; do
-  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 format
-  run "reserve.lua, refusing" "$NEW" "$per" 0 format
+  run "reserve.lua, accepting" "$NEW" "$per" 1000000000 named
+  run "reserve.lua, refusing" "$NEW" "$per" 0 named
 done
