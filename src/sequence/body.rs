@@ -38,31 +38,37 @@ pub struct RuleRequest {
 }
 
 /// `date_format`: the tokens of [`super::rule::chrono_format`] with a year, a
-/// month and a day among them, in any order (six orders, as the pattern must do
-/// without look-aheads, which not every tool's regex dialect has).
+/// month and a day among them. Without look-aheads (not every tool's regex
+/// dialect has them) the pattern spells out the six orders in which the three
+/// first appear, each run before a first appearance holding only the tokens
+/// already seen. `yyyy` is `yy` twice, so `yy` alone spells every year. Each token
+/// is told by its first character, so a string has one reading: a backtracking
+/// engine decides in linear time (one written with `(yyyy|yy|...)*` runs took
+/// exponential time on a long run of `y`s that fails at its end, and hung the
+/// API fuzzer).
 fn date_format_schema() -> RefOr<Schema> {
-    let any = "(yyyy|yy|MM|dd|[-/._])*";
-    let orders = [
-        ["Y", "M", "D"],
-        ["Y", "D", "M"],
-        ["M", "Y", "D"],
-        ["M", "D", "Y"],
-        ["D", "Y", "M"],
-        ["D", "M", "Y"],
-    ]
-    .map(|order| {
-        order
-            .map(|part| match part {
-                "Y" => "(yyyy|yy)",
-                "M" => "MM",
-                _ => "dd",
-            })
-            .join(any)
-    })
-    .join("|");
+    let token = |part: char| match part {
+        'Y' => "yy",
+        'M' => "MM",
+        _ => "dd",
+    };
+    let run_of = |seen: &[char]| {
+        let mut tokens: Vec<&str> = seen.iter().map(|&p| token(p)).collect();
+        tokens.push("[-/._]");
+        format!("({})*", tokens.join("|"))
+    };
+    let orders = ["YMD", "YDM", "MYD", "MDY", "DYM", "DMY"]
+        .map(|order| {
+            let order: Vec<char> = order.chars().collect();
+            (0..3)
+                .map(|i| format!("{}{}", run_of(&order[..i]), token(order[i])))
+                .collect::<String>()
+                + &run_of(&order)
+        })
+        .join("|");
     ObjectBuilder::new()
         .schema_type(Type::String)
-        .pattern(Some(format!("^{any}({orders}){any}$")))
+        .pattern(Some(format!("^({orders})$")))
         .description(Some(
             "`yyyy` or `yy`, `MM` and `dd` (all three: numbers restart every day), and the separators `-` `/` `.` `_`.",
         ))
@@ -168,6 +174,11 @@ mod tests {
                 .flat_map(|f| tokens.iter().map(move |t| format!("{f}{t}")))
                 .collect();
             formats.extend(longer);
+        }
+        // And long runs, which a backtracking engine once took exponential time on.
+        for tail in ["MMdd", "MMddx", "MM-dd_", "dd.MM"] {
+            formats.push(format!("{}{tail}", "yy".repeat(40)));
+            formats.push(format!("{}{tail}", "yyyy".repeat(40)));
         }
         for f in &formats {
             assert_eq!(re.is_match(f), chrono_format(f).is_ok(), "{f:?}");
