@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The nemesis benchmark (issue 36): two `serve` and two `worker` processes on a
+# The nemesis benchmark: two `serve` and two `worker` processes on a
 # Redis of their own (AOF, fsync always), a fault every NEMESIS_EVERY_MS (4,000)
 # for NEMESIS_SECS (180) per seed (NEMESIS_SEEDS, default 1,2,3,4,5): kill -9 of
 # a serve or a worker, a worker or both frozen for NEMESIS_FREEZE_MS (6,000),

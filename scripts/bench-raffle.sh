@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Latency of raffle reads and entries while a large raffle is closed and drawn
-# (issue 39: no request waits on the draw). Starts `seckill all` (release build)
+# (no request waits on the draw). Starts `seckill all` (release build)
 # on a database and namespace of its own, runs `seckill-bench raffle` against it,
 # and removes both.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The clustered engines' faults and the network partitions (issue 40), each under a
+# The clustered engines' faults and the network partitions, each under a
 # crowd on a sharded sale with two `serve` and two `worker` processes, against
 # servers and namespaces the tests make for themselves (no other deployment is
 # touched; run as root: the nodes run as the rabbitmq and postgres users, and the

@@ -3,7 +3,7 @@
 # packages, beside the machine's own servers (other ports, other node names):
 #   - RabbitMQ: three nodes (seckill-c1..3@localhost, AMQP ports BASE+1..3 with
 #     BASE=5700), clustered; the orders quorum queue gets a member on each, and a
-#     policy mirrors the namespace's classic queues (README, "Clustered RabbitMQ
+#     policy mirrors the namespace's classic queues (docs/DEPLOYMENT.md, "Clustered RabbitMQ
 #     and Postgres");
 #   - Postgres: a primary (port 5441) and a synchronous standby streaming from it
 #     (port 5442, made by pg_basebackup), as Debian clusters (pg_createcluster,

@@ -39,7 +39,7 @@ pub enum Command {
         count: u32,
     },
     /// The outbox format fence: the format writers write and the processes
-    /// announced as reading outbox entries (README, "The outbox format fence").
+    /// announced as reading outbox entries (CHANGELOG.md, 0024).
     OutboxFormats {
         #[command(subcommand)]
         action: Option<FormatAction>,

@@ -1,4 +1,4 @@
-//! Fair admission (issue 25): who may order a flash sale, when it is not first
+//! Fair admission: who may order a flash sale, when it is not first
 //! come, first served.
 //!
 //! A sale's [`Mode`]: `first_come` (the fast path, unchanged), `queue` (a waiting

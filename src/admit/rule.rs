@@ -4,7 +4,7 @@
 //! seed, beacon round and entries computes the same (`seckill raffle verify` does).
 use super::signing::{mac, sha256_hex};
 
-/// The rule, as the API publishes it (and README spells out).
+/// The rule, as the API publishes it (and docs/ADMISSION.md spells out).
 pub const RULE: &str = "1. check hex(sha256(bytes(seed))) == commitment. 2. check the beacon: signature is \
     the chain's BLS12-381 signature on G1 of sha256(round as 8 bytes big-endian), hashed to G1 by RFC 9380 with \
     DST \"BLS_SIG_BLS12381G1_XMD:SHA-256_SSWU_RO_NUL_\" (drand's bls-unchained-g1-rfc9380), checked against \

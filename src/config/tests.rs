@@ -129,3 +129,38 @@ fn trusted_proxies_are_addresses_or_networks() {
         .to_string();
     assert!(err.contains("proxy.local"), "{err}");
 }
+
+/// docs/CONFIGURATION.md names every variable the settings read, and no other
+/// (but `RUST_LOG`, read by the log filter).
+#[test]
+fn the_configuration_page_lists_every_setting_read() {
+    use std::collections::BTreeSet;
+    let asked = std::cell::RefCell::new(BTreeSet::new());
+    Settings::from_lookup(|k| {
+        asked.borrow_mut().insert(k.to_string());
+        None
+    })
+    .unwrap();
+    let page = include_str!("../../docs/CONFIGURATION.md");
+    let documented: BTreeSet<String> = page
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .flat_map(|row| {
+            let first_cell = row.split(" | ").next().unwrap_or_default();
+            format!("`{first_cell}")
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let asked = asked.into_inner();
+    let undocumented: Vec<_> = asked.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "read but not in docs/CONFIGURATION.md: {undocumented:?}"
+    );
+    let unread: Vec<_> = documented.difference(&asked).filter(|v| *v != "RUST_LOG").collect();
+    assert!(unread.is_empty(), "in docs/CONFIGURATION.md but never read: {unread:?}");
+}

@@ -1,4 +1,4 @@
-//! Coalesced reservations (issue 23): one call of `lua/reserve.lua` carries every
+//! Coalesced reservations: one call of `lua/reserve.lua` carries every
 //! order waiting at a shard's gate, and each shopper gets exactly the answer one
 //! call of their own would have given, the stock exact.
 use crate::helpers::*;

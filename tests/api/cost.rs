@@ -1,4 +1,4 @@
-//! What a sharded sale costs Redis, from `INFO commandstats` (issue 21): an idle
+//! What a sharded sale costs Redis, from `INFO commandstats`: an idle
 //! sale of 64 shards with two API instances, and its sell-out. A measurement, not
 //! a check: it is ignored by default and must run alone on a quiet Redis
 //! (`INFO commandstats` counts every client of the server):

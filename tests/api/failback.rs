@@ -1,4 +1,4 @@
-//! Redis going back in time in the same process (issue 19, scenario 2): a master
+//! Redis going back in time in the same process: a master
 //! that resyncs from a replica which fell behind, and is promoted again, keeps its
 //! `run_id`. Its shards' sequences show that it went back: they are below what the
 //! service saw (its own scripts' replies, the relays' floors in Postgres), and the

@@ -1,5 +1,5 @@
 //! A worker frozen, or gone, holding orders while Redis restarts or goes back in
-//! time (issue 36: the repair waited on a frozen worker and the shop was shut for
+//! time (once the repair waited on a frozen worker and the shop was shut for
 //! as long as the freeze). Orders a relay published and no worker has stored yet
 //! are in RabbitMQ or in a worker's hands; the relays' intents in Postgres name
 //! each of them (its shopper, its time), so a repair counts them without waiting

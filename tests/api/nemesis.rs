@@ -1,4 +1,4 @@
-//! The nemesis benchmark (issue 36): two `seckill serve` and two `seckill worker`
+//! The nemesis benchmark: two `seckill serve` and two `seckill worker`
 //! processes, a Redis server of their own (AOF, fsync always), one long sale, and
 //! shoppers who retry a 503 until they get an answer; every few seconds a fault
 //! drawn from a seeded sequence: a `serve` or a worker killed -9 (and started

@@ -1,5 +1,5 @@
-//! Redis going back in time, or restarting with everything, judged shard by shard
-//! (issue 36): a rollback is caught at the first order that touches the shard, in
+//! Redis going back in time, or restarting with everything, judged shard by shard:
+//! a rollback is caught at the first order that touches the shard, in
 //! the script that would have sold from it; a restart that lost nothing closes
 //! nothing; a repair waits for no transaction; each sale's closed time is a figure.
 //! On Redis servers of the test's own.

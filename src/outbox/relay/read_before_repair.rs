@@ -19,7 +19,7 @@
 //!   relay and settled again a second later. An order held here exists nowhere else
 //!   (its entry is gone): a relay that dies holding it loses it, which is the write
 //!   seen by one process and lost before anyone else saw it that no detector can
-//!   bring back (README, Durability).
+//!   bring back (docs/DEPLOYMENT.md, "Durability").
 use super::{Origin, Relay};
 use crate::id::OrderKey;
 use crate::order::OrderMsg;

@@ -1,4 +1,4 @@
-//! Fair admission (issue 25): a sale's waiting room (`queue`), its raffle, the
+//! Fair admission: a sale's waiting room (`queue`), its raffle, the
 //! admission token the order endpoint requires of them, the proof of work, and
 //! crashes of the API during a queue or a draw.
 //! - `queue.rs`: thousands of shoppers admitted in place order at the set rate,

@@ -37,7 +37,7 @@ const EXTRAS: [(&str, &str); 13] = [
     ("get", "/api/v1/admin/vouchers"),
     ("get", "/api/v1/admin/vouchers/{id}/live"),
     ("get", "/api/v1/admin/redis"),
-    // Fair admission (issue 25).
+    // Fair admission.
     ("get", "/api/v1/vouchers/{id}/challenge"),
     ("post", "/api/v1/vouchers/{id}/queue"),
     ("get", "/api/v1/vouchers/{id}/queue/me"),

@@ -1,4 +1,4 @@
-//! Issue 40, faults 3, 4 and 5: a process cut off by the network (a blackhole
+//! A process cut off by the network (a blackhole
 //! route in a namespace of its own, [`NetNs`]) from one dependency, then healed,
 //! while both ends of the cut live on:
 //! - `a_serve_cut_off_from_postgres_then_from_redis_then_healed_loses_nothing`;

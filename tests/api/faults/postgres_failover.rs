@@ -1,4 +1,4 @@
-//! Issue 40, fault 2: the Postgres primary killed with -9 mid-sale and its
+//! The Postgres primary killed with -9 mid-sale and its
 //! synchronous standby promoted. The processes were given the standby
 //! (`SECKILL_DATABASE_STANDBY_URLS`) and point their pools at it once it is primary.
 use super::*;

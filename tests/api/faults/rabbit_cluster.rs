@@ -1,4 +1,4 @@
-//! Issue 40, fault 1: the RabbitMQ node leading the orders queue killed with -9
+//! The RabbitMQ node leading the orders queue killed with -9
 //! mid-sale, and, separately, cut off by the network while it lives on, on a
 //! three-node cluster of the test's own. The relays and workers were given every
 //! node (`AMQP_URL` a comma-separated list) and move to a live one; the quorum

@@ -1,4 +1,4 @@
-//! Issue 40, fault 6: a Redis Cluster master cut off by the network from its
+//! A Redis Cluster master cut off by the network from its
 //! replicas and the other masters (the minority side of a partition), while the
 //! service still reaches it, with `WAIT 1`; then healed.
 use super::*;

@@ -1,8 +1,8 @@
-//! Postgres going back in time under the repairs' own rows (issue 40): an
+//! Postgres going back in time under the repairs' own rows: an
 //! asynchronous standby promoted, or a point-in-time restore, forgets what
 //! Postgres recorded last, the generation a repair took (`sale_states.gen`) and
 //! the shards' floors the relays recorded (`shard_floors`) among it. The orders
-//! such a Postgres forgets are lost (README, "Clustered RabbitMQ and
+//! such a Postgres forgets are lost (docs/DEPLOYMENT.md, "Clustered RabbitMQ and
 //! Postgres"); the ids and numbers it forgets are caught by the witness
 //! (`counter_ranges.rs`). This is the rest: the recovery rows alone go back.
 use super::*;
