@@ -4,6 +4,14 @@
 # against a running server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each pass's duration, printed as it ends and again, with the total, at the end.
+passes=()
+pass() {
+  passes+=("$1: $((SECONDS - started)) s")
+  echo "test.sh: $1 took $((SECONDS - started)) s" >&2
+  started=$SECONDS
+}
+started=$SECONDS
 scripts/services.sh
 python3 scripts/check_compose.py docker-compose.yml
 # The house's rules: no two source files import each other, directly or through
@@ -37,9 +45,11 @@ fi
 # `cost::` is a measurement (Redis commands per second from INFO commandstats, on a
 # quiet single node), not a check: it is run by hand, never here; `nemesis::` is
 # the fault benchmark of scripts/bench-nemesis.sh (minutes per seed), never here.
-pass() { echo "test.sh: $1 took $(( SECONDS - started )) s" >&2; started=$SECONDS; }
-started=$SECONDS
-cargo test --workspace --all-targets -- "${ignored[@]}" --skip on_a_cluster_ --skip cost:: --skip nemesis::
+# The integration tests mostly wait on servers and processes of their own: four at
+# a time keep 2 cores busy (TEST_THREADS to change it).
+threads=(--test-threads "${TEST_THREADS:-4}")
+pass "services, the house's checks, fmt and clippy"
+cargo test --workspace --all-targets -- "${ignored[@]}" "${threads[@]}" --skip on_a_cluster_ --skip cost:: --skip nemesis::
 pass "the first pass"
 # The integration tests again on a local Redis Cluster of 3 masters and 3 replicas
 # (SECKILL_REDIS_CLUSTER=true); tests that run Redis servers of their own keep
@@ -54,7 +64,7 @@ fi
 # `--workspace` as in the first pass: without it Cargo resolves the dependencies'
 # features for the root package alone (the bench crate adds some), builds sqlx and
 # the crate a second time, and doubles `target/` (a CI run once ran out of disk here).
-# The clustered engines' and the partitions' faults (issue 40) run their own
+# The clustered engines' and the partitions' faults run their own
 # RabbitMQ nodes, Postgres pair and Redis (a cluster of their own, or one node in
 # a network namespace's reach): they ran in the first pass and would only repeat.
 # So do the modules whose every test starts a Redis of its own (one node, or a
@@ -64,11 +74,11 @@ own_redis=(rollback:: went_back:: alerts:: memory_alarm:: mixed_faults:: readine
   frozen:: replication::failover:: replication::masters:: pressure:: failback:: transient::)
 skip_own=()
 for m in "${own_redis[@]}"; do skip_own+=(--skip "$m"); done
-TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" --skip cost:: --skip nemesis:: \
+TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api -- "${ignored[@]}" "${threads[@]}" --skip cost:: --skip nemesis:: \
   --skip faults::rabbit_cluster:: --skip faults::postgres_failover:: --skip faults::partitions:: \
   --skip faults::redis_minority:: "${skip_own[@]}"
 if [ "${#ignored[@]}" = 0 ]; then
-  TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api on_a_cluster_ -- --ignored
+  TEST_REDIS_CLUSTER=$cluster_urls cargo test --workspace --test api on_a_cluster_ -- --ignored "${threads[@]}"
 fi
 pass "the cluster pass"
 # The server from outside, each run against a server of its own: schemathesis
@@ -80,3 +90,6 @@ scripts/schemathesis.sh target/debug/seckill
 pass "schemathesis"
 scripts/k6_smoke.sh target/debug/seckill
 pass "the k6 scenarios"
+echo "test.sh: green" >&2
+for p in "${passes[@]}"; do echo "  $p" >&2; done
+echo "  total: $SECONDS s" >&2
