@@ -39,7 +39,7 @@ OWNERS = {
     # numbers: counters' ranges and business numbers' rules
     "counter_watermarks": "numbers", "sequence_rules": "numbers",
     # base and edge modules that keep a table of their own
-    "fencing_tokens": "lock", "idempotency_keys": "http",
+    "fencing_tokens": "locks", "idempotency_keys": "http",
 }
 
 # A sale's shard (one hash tag): sales makes it (loads a sale, moves units between
@@ -61,7 +61,7 @@ KEY_OWNERS = {
     # The set of outbox streams: a sale registers its own; the relays read them all.
     "outboxes": ("sales", "ordering"), "outbox_member": ("sales",), "outbox_of_member": ("ordering",),
     "of_tag": ("ordering", "recovery"), "tag_of": ("ordering",),
-    "lock": ("lock",), "lock_fence": ("lock",), "lock_released": ("lock",), "fence_seen": ("lock",),
+    "lock": ("locks",), "lock_fence": ("locks",), "lock_released": ("locks",), "fence_seen": ("locks",),
     "counter_witness": ("numbers",),
     # RabbitMQ: the broker declares the topology; ordering publishes and consumes.
     "orders_exchange": ("broker", "ordering"), "orders_queue": ("broker", "ordering"),

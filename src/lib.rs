@@ -46,7 +46,7 @@
 //!   Postgres behind them and behind order ids.
 //!
 //! What every area shares:
-//! - base infrastructure: `redis_conn`, `broker`, `lock`, `keys`, `config`,
+//! - base infrastructure: `redis_conn`, `broker`, `locks`, `keys`, `config`,
 //!   `metrics`, `telemetry`, `supervise`: Redis (one node or a cluster),
 //!   RabbitMQ, distributed locks, every key and queue name, the settings, metrics,
 //!   the reconnect loop.
@@ -65,7 +65,7 @@ pub mod config;
 pub mod http;
 pub mod id;
 pub mod keys;
-pub mod lock;
+pub mod locks;
 pub mod metrics;
 pub mod order;
 pub mod outbox;

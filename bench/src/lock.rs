@@ -21,7 +21,7 @@ pub struct LockArgs {
 }
 
 pub async fn run_lock(args: LockArgs, settings: &Settings) -> Result<()> {
-    use seckill::lock::LockService;
+    use seckill::locks::LockService;
     let redis = seckill::redis_conn::Redis::new(
         settings.services.redis_url.expose(),
         settings.services.redis_cluster,

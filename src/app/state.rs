@@ -50,14 +50,14 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let jwt = jwt_keys(&settings).await;
     let instance = uuid::Uuid::new_v4().simple().to_string();
     // Its release subscription is one of the owned background tasks.
-    let locks = crate::lock::LockService::new(
+    let locks = crate::locks::LockService::new(
         c.redis.clone(),
         c.keys.clone(),
         &instance,
         settings.guards.lock_lease,
         stop.clone(),
     );
-    let user_serializer = crate::lock::user::UserSerializer::new(locks.clone(), settings.guards.user_lock_wait);
+    let user_serializer = crate::locks::user::UserSerializer::new(locks.clone(), settings.guards.user_lock_wait);
     let formats = announced_formats(&settings, mode, &c, &instance).await?;
     let recovery = refreshed_recovery(&c, &cache, formats, &settings).await;
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;

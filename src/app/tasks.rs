@@ -274,7 +274,7 @@ async fn recovery(
     stop: CancellationToken,
 ) {
     let every = Duration::from_secs(5);
-    crate::lock::singleton::run(state.handles.locks.clone(), "order-recovery", every, stop, || {
+    crate::locks::singleton::run(state.handles.locks.clone(), "order-recovery", every, stop, || {
         let (background_lifecycle, state) = (background_lifecycle.clone(), state.clone());
         async move {
             let returned = background_lifecycle.recover_returns(every).await?;

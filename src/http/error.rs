@@ -5,7 +5,7 @@
 //! Domain errors become `ApiError`s here, and only here (the `From` impls at the
 //! end): the status and `code` each one gets is part of the public contract.
 use crate::id::OrderId;
-use crate::lock::user::Busy;
+use crate::locks::user::Busy;
 use crate::sequence::RuleError;
 use crate::validate::ValidationError;
 use actix_web::http::{header, StatusCode};

@@ -46,7 +46,7 @@ pub struct Ordering {
     /// Pay, cancel, payment timeouts.
     pub lifecycle: crate::order::lifecycle::Lifecycle,
     /// One pay or cancel of a shopper at a time, across instances.
-    pub user_serializer: crate::lock::user::UserSerializer,
+    pub user_serializer: crate::locks::user::UserSerializer,
 }
 
 /// The HTTP edge's own parts.
@@ -80,7 +80,7 @@ pub struct Handles {
     pub broker: Arc<Broker>,
     /// Names this process in Redis consumer groups and logs.
     pub instance: String,
-    pub locks: Arc<crate::lock::LockService>,
+    pub locks: Arc<crate::locks::LockService>,
     /// Whether this process's clock is close enough to Postgres's to sell.
     pub clock_skew: Arc<crate::clock_skew::ClockSkew>,
 }

@@ -12,7 +12,7 @@ pub(super) fn ordering_of(
     cache: &Arc<VoucherCache>,
     recovery: &Arc<crate::recovery::Recovery>,
     placer: crate::order::place::OrderPlacer,
-    user_serializer: crate::lock::user::UserSerializer,
+    user_serializer: crate::locks::user::UserSerializer,
 ) -> Ordering {
     Ordering {
         placer,

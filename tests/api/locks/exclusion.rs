@@ -192,7 +192,7 @@ async fn a_waiter_wakes_on_release_and_waiting_issues_few_commands() {
     // A lock service of the test's own: the instance's background singletons also
     // take locks, and would be counted with ours.
     let state = b.app().state();
-    let b_locks = seckill::lock::LockService::start(
+    let b_locks = seckill::locks::LockService::start(
         state.handles.redis.clone(),
         state.handles.keys.clone(),
         "waiter",

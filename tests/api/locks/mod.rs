@@ -5,7 +5,7 @@
 //! instance dies.
 use crate::helpers::*;
 use seckill::http::error::ApiError;
-use seckill::lock::{fence, ReleaseError};
+use seckill::locks::{fence, ReleaseError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

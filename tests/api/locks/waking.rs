@@ -27,7 +27,7 @@ async fn each_release_wakes_one_waiter_not_all() {
     // with a 30 s watchdog lease: a waiter's fallback nap is then 1 s, so polls
     // hardly add to the count.
     let state = b.app().state();
-    let locks = seckill::lock::LockService::start(
+    let locks = seckill::locks::LockService::start(
         state.handles.redis.clone(),
         state.handles.keys.clone(),
         "waiters",
@@ -94,7 +94,7 @@ async fn a_waiter_that_hears_no_release_still_gets_the_lock_within_its_wait() {
         .unwrap();
     let state = b.app().state();
     // Without follow_releases: no wake-up ever comes.
-    let deaf = seckill::lock::LockService::new(
+    let deaf = seckill::locks::LockService::new(
         state.handles.redis.clone(),
         state.handles.keys.clone(),
         "deaf",
@@ -201,7 +201,7 @@ async fn a_singleton_job_runs_on_one_instance_and_moves_when_it_dies() {
         let locks = app.app().state().handles.locks.clone();
         let stop = app.app().stop_token();
         tokio::spawn(async move {
-            seckill::lock::singleton::run(locks, "sweeper", Duration::from_millis(50), stop, move || {
+            seckill::locks::singleton::run(locks, "sweeper", Duration::from_millis(50), stop, move || {
                 let c = counter.clone();
                 async move {
                     c.fetch_add(1, Ordering::Relaxed);
