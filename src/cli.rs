@@ -125,7 +125,7 @@ pub fn run(cli: Cli) -> Result<()> {
             Command::Worker => Mode::Worker,
             Command::Migrate => {
                 let pg = app::pg_pool(&settings)?;
-                let sequences = crate::sequence::Sequences::new(pg.clone(), crate::clock::Clock::system());
+                let sequences = crate::numbers::Sequences::new(pg.clone(), crate::clock::Clock::system());
                 app::migrate(&pg, &sequences, &settings).await?;
                 println!("migrations applied");
                 return Ok(());

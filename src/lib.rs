@@ -42,7 +42,7 @@
 //! - area recovery: `recovery`: Redis losing state or going back in time, caught
 //!   shard by shard; the one interface ([`recovery::Recovery`]) every writer
 //!   respects, and the repairs.
-//! - area numbers: `sequence`: daily business numbers, and the ranges reserved in
+//! - area numbers: `numbers`: daily business numbers, order ids in blocks, and the ranges reserved in
 //!   Postgres behind them and behind order ids.
 //!
 //! What every area shares:
@@ -67,11 +67,11 @@ pub mod id;
 pub mod keys;
 pub mod locks;
 pub mod metrics;
+pub mod numbers;
 pub mod order;
 pub mod outbox;
 pub mod recovery;
 pub mod redis_conn;
-pub mod sequence;
 pub mod supervise;
 pub mod telemetry;
 pub mod validate;

@@ -75,7 +75,7 @@ impl Application {
     /// The tasks and the HTTP server of a connected process.
     async fn start(
         state: Arc<AppState>,
-        background_sequences: crate::sequence::Sequences,
+        background_sequences: crate::numbers::Sequences,
         mode: Mode,
         opts: &Options,
         stop: CancellationToken,

@@ -3,8 +3,8 @@
 use super::mode::{Mode, Options};
 use crate::config::Settings;
 use crate::http::state::{AppState, Edge, Handles};
-use crate::order::id_worker::IdWorker;
-use crate::sequence::Sequences;
+use crate::numbers::id_worker::IdWorker;
+use crate::numbers::Sequences;
 use crate::voucher::cache::VoucherCache;
 use anyhow::{Context, Result};
 use clients::{clients, Clients};

@@ -3,8 +3,8 @@
 //! ([`Tasks`]); which tasks a mode starts, in which order ([`spawn_all`]).
 use super::mode::{Mode, Options};
 use crate::http::state::AppState;
+use crate::numbers::Sequences;
 use crate::outbox::relay::Relay;
-use crate::sequence::Sequences;
 use crate::voucher::cache;
 use crate::worker::Worker;
 use std::sync::Arc;

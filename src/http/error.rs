@@ -6,7 +6,7 @@
 //! end): the status and `code` each one gets is part of the public contract.
 use crate::id::OrderId;
 use crate::locks::user::Busy;
-use crate::sequence::RuleError;
+use crate::numbers::RuleError;
 use crate::validate::ValidationError;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};

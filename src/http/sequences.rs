@@ -4,8 +4,8 @@ use super::error::ApiError;
 use super::error::ErrorBody;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable};
 use super::state::AppState;
-use crate::sequence::body::{NextRequest, NextValues, RuleRequest};
-use crate::sequence::rule::{self, Rule};
+use crate::numbers::body::{NextRequest, NextValues, RuleRequest};
+use crate::numbers::rule::{self, Rule};
 use actix_web::web;
 use serde_json::Value;
 

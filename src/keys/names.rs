@@ -231,7 +231,7 @@ impl Keys {
     }
 
     /// The ranges of counter `scope` reserved so far, as this Redis saw them
-    /// (`crate::sequence::witness`).
+    /// (`crate::numbers::witness`).
     pub fn counter_witness(&self, scope: &str) -> String {
         format!("{}:counter-witness:{{{}}}", self.ns, scope)
     }

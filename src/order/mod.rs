@@ -1,7 +1,7 @@
 //! Orders: placing one (the hot path), the ID worker, the message that carries
 //! accepted orders from the outbox to the worker, and status lookups.
 pub mod gates;
-pub mod id_worker;
+
 pub mod lifecycle;
 pub mod model;
 pub mod place;

@@ -27,7 +27,6 @@ mod handles;
 
 pub use super::gates::Reservation;
 use super::gates::{Ask, Reserver};
-use super::id_worker::IdWorker;
 pub use super::refill_flights::RefillFlights;
 use super::refusal::unavailable;
 pub use super::refusal::Refusal;
@@ -37,6 +36,7 @@ use crate::clock_skew::ClockSkew;
 use crate::id::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
+use crate::numbers::id_worker::IdWorker;
 use crate::redis_conn::Redis;
 use crate::voucher::cache::{Entry, Observed, VoucherCache};
 use crate::voucher::refill::{refill, Refill};

@@ -11,10 +11,10 @@
 //! may miss orders someone was told of): the mark is read with the points checked
 //! at the same instant (`lua/shard_read.lua`), and such a shard is reported for its
 //! repair.
-use super::id_worker;
 use super::model::{Order, ORDER_COLUMNS};
 use crate::id::{OrderId, UserId, VoucherId};
 use crate::keys::Keys;
+use crate::numbers::id_worker;
 use crate::recovery::Repairing;
 use crate::redis_conn::{Conn, Redis};
 use crate::voucher::cache::VoucherCache;

@@ -3,7 +3,7 @@
 //! never get one value twice, and together they use every value from 1 on.
 use crate::helpers::*;
 use futures::future::join_all;
-use seckill::sequence::ranges::{reserve, Range};
+use seckill::numbers::ranges::{reserve, Range};
 use std::collections::HashSet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

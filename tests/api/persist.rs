@@ -247,7 +247,7 @@ async fn the_worker_never_hides_an_id_or_number_collision() {
     // which would catch the counter set back below): the backstop behind it.
     let mut ctx = ctx(&app);
     let state = app.app().state();
-    ctx.sequences = seckill::sequence::Sequences::new(state.handles.background_pg.clone(), state.clock.clone());
+    ctx.sequences = seckill::numbers::Sequences::new(state.handles.background_pg.clone(), state.clock.clone());
     let o = persist(&ctx, &[msg(7, 1)]).await.unwrap();
     assert_eq!(o.created, 1);
     // Another shopper's order with the same id.

@@ -64,7 +64,7 @@ pub(super) struct Clients {
     pub(super) redis: Redis,
     pub(super) broker: Arc<Broker>,
     pub(super) metrics: Arc<crate::metrics::Metrics>,
-    pub(super) witness: Arc<crate::sequence::witness::Witness>,
+    pub(super) witness: Arc<crate::numbers::witness::Witness>,
 }
 
 /// Makes the two pools (following promotions if standbys are listed), the Redis and
@@ -89,7 +89,7 @@ pub(super) async fn clients(settings: &Settings, stop: &CancellationToken) -> Re
     let metrics = Arc::new(crate::metrics::Metrics::new());
     metrics.set_render_every(settings.http.metrics_render_every);
     // Every counter range checked against Postgres going back in time.
-    let witness = Arc::new(crate::sequence::witness::Witness::new(
+    let witness = Arc::new(crate::numbers::witness::Witness::new(
         redis.clone(),
         keys.clone(),
         Some(metrics.clone()),

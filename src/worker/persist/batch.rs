@@ -2,8 +2,8 @@
 //! [`Outcome`], a batch row, and the business numbers of the orders it creates.
 use super::error::PersistError;
 use crate::keys::Keys;
+use crate::numbers::{Sequences, ORDER_RULE, ORDER_TENANT};
 use crate::order::OrderMsg;
-use crate::sequence::{Sequences, ORDER_RULE, ORDER_TENANT};
 use sqlx::PgPool;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

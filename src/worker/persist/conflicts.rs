@@ -7,8 +7,8 @@ use super::batch::{order_numbers, Row};
 use super::columns::Columns;
 use super::error::PersistError;
 use crate::id::{OrderId, OrderKey};
+use crate::numbers::Sequences;
 use crate::order::OrderMsg;
-use crate::sequence::Sequences;
 use sqlx::PgConnection;
 use std::collections::{HashMap, HashSet};
 

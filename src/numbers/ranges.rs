@@ -13,7 +13,7 @@
 //!
 //! Business numbers take one reservation per call (per worker batch, per API
 //! request), so they are consecutive in the order they were reserved; order ids
-//! take blocks per process ([`crate::order::id_worker`]), prefetched in the
+//! take blocks per process ([`crate::numbers::id_worker`]), prefetched in the
 //! background, so that the order path never waits for Postgres.
 //!
 //! The scopes and the mark are those the Redis counter of earlier versions used:

@@ -1,7 +1,7 @@
 //! Order ids: a positive 63-bit number, seconds since [`EPOCH_SECS`] in the high
 //! bits and a per-day counter in the low 32 bits (the usual Redis ID worker).
 //!
-//! The counter is reserved in Postgres ([`crate::sequence::ranges`]) in blocks, one
+//! The counter is reserved in Postgres ([`crate::numbers::ranges`]) in blocks, one
 //! scope per UTC day: each process takes a block of `block` values at a time, in
 //! one statement, and hands its ids out from memory. Ids are unique because
 //! (second, counter) pairs are: a block is only used on the day it was taken, no
@@ -17,7 +17,7 @@
 //! keeps working through midnight, and through a Postgres outage for as long as
 //! the blocks in hand last (two blocks: `SECKILL_ID_BLOCK` × 2 orders).
 use crate::clock::Clock;
-use crate::sequence::witness;
+use crate::numbers::witness;
 use anyhow::{bail, Result};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -83,7 +83,7 @@ pub struct IdWorker {
     /// The background fetches: owned, so that shutdown waits for them.
     tasks: tokio_util::task::TaskTracker,
     /// Checks every block against Postgres going back in time (none: unchecked).
-    witness: Option<Arc<crate::sequence::witness::Witness>>,
+    witness: Option<Arc<crate::numbers::witness::Witness>>,
 }
 
 impl IdWorker {
@@ -91,12 +91,12 @@ impl IdWorker {
         Self::witnessed(pg, clock, block, None)
     }
 
-    /// The same, each block checked by `witness` ([`crate::sequence::witness`]).
+    /// The same, each block checked by `witness` ([`crate::numbers::witness`]).
     pub fn witnessed(
         pg: PgPool,
         clock: Clock,
         block: u32,
-        witness: Option<Arc<crate::sequence::witness::Witness>>,
+        witness: Option<Arc<crate::numbers::witness::Witness>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             pg,

@@ -154,7 +154,7 @@ fn required<'a>(body: &'a Value, field: &str) -> Result<&'a Value, ValidationErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sequence::rule::chrono_format;
+    use crate::numbers::rule::chrono_format;
 
     fn pattern(schema: RefOr<Schema>) -> regex_lite::Regex {
         let json = serde_json::to_value(schema).unwrap();
@@ -193,7 +193,7 @@ mod tests {
         let re = regex_lite::Regex::new(schema["properties"]["prefix"]["pattern"].as_str().unwrap()).unwrap();
         for c in (0..=0xffffu32).filter_map(char::from_u32) {
             let prefix = c.to_string();
-            let rule = crate::sequence::Rule::parse_parts("r", &prefix, "yyMMdd", 3, "UTC");
+            let rule = crate::numbers::Rule::parse_parts("r", &prefix, "yyMMdd", 3, "UTC");
             assert_eq!(re.is_match(&prefix), rule.is_ok(), "U+{:04X}", c as u32);
         }
     }

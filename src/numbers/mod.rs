@@ -7,6 +7,7 @@
 //! number and in the scope come from the same instant. One statement per call,
 //! whatever Redis is going through.
 pub mod body;
+pub mod id_worker;
 pub mod ranges;
 pub mod rule;
 pub mod witness;
