@@ -69,7 +69,7 @@ ST_QUEUE_SALE=$(sale queue '')
 ST_RAFFLE_SALE=$(sale raffle ", \"draw_at\": \"$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)\"")
 # A raffle whose beacon round has a signature known in advance, so that submitting
 # it (POST .../raffle/beacon) can succeed: quicknet's key and round 123 (its
-# signature is public, src/admit/beacon.rs's test), with the chain's genesis moved
+# signature is public, src/admission/beacon.rs's test), with the chain's genesis moved
 # so that round 123 comes 25 s from now, after the draw 5 s from now. The hooks
 # send the beacon operation's valid cases to it, with that round and signature.
 ST_BEACON_ROUND=123

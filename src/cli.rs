@@ -107,7 +107,7 @@ pub fn run(cli: Cli) -> Result<()> {
     {
         // Public endpoints only: no settings, no secret, no database.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let verified = runtime.block_on(crate::admit::verify::verify(url, *voucher))?;
+        let verified = runtime.block_on(crate::admission::verify::verify(url, *voucher))?;
         println!("raffle {voucher}: {verified}");
         return Ok(());
     }

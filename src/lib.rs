@@ -37,7 +37,7 @@
 //! - area ordering: `order`, `outbox`, `worker`: placing an order (one script in
 //!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
 //!   orders in Postgres, and an order's life after (status, pay, cancel, timeout).
-//! - area admission: `admit`: fair admission: a sale's waiting room or raffle,
+//! - area admission: `admission`: fair admission: a sale's waiting room or raffle,
 //!   admission tokens, proofs of work.
 //! - area recovery: `recovery`: Redis losing state or going back in time, caught
 //!   shard by shard; the one interface ([`recovery::Recovery`]) every writer
@@ -55,7 +55,7 @@
 //!   types the services take ([`id::VoucherId`], [`id::UserId`], [`id::OrderId`],
 //!   and [`id::OrderKey`], what tells one order from another), request bodies
 //!   checked field by field.
-pub mod admit;
+pub mod admission;
 pub mod app;
 pub mod broker;
 pub mod cli;

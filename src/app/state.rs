@@ -42,8 +42,8 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     migrate_or_check(&settings, mode, &c.background_pg, &background_sequences).await?;
     let cache = loaded_cache(&settings, &c.background_pg).await;
     let rate_limits = Arc::new(crate::http::rate_limits::RateLimits::new(&settings.http));
-    let admit = Arc::new(crate::admit::Admission::new(
-        &crate::admit::signing::root_of(&settings.auth),
+    let admit = Arc::new(crate::admission::Admission::new(
+        &crate::admission::signing::root_of(&settings.auth),
         c.pg.clone(),
         c.background_pg.clone(),
     ));

@@ -82,7 +82,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         // instance (the advance counts from the last move, whoever made it).
         let (state, stop) = (state.clone(), stop.clone());
         tasks.spawn("queue frontiers", async move {
-            let mut every = tokio::time::interval(crate::admit::frontier::REFRESH);
+            let mut every = tokio::time::interval(crate::admission::frontier::REFRESH);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
@@ -100,18 +100,18 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         let timeout = state.settings.services.dependency_timeout;
         tasks.spawn("raffle draws", async move {
             let http = reqwest::Client::builder().timeout(timeout).build().unwrap_or_default();
-            let mut every = tokio::time::interval(crate::admit::raffle::SUMMARY_REFRESH);
+            let mut every = tokio::time::interval(crate::admission::raffle::SUMMARY_REFRESH);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = every.tick() => {}
                 }
-                if let Err(e) = crate::admit::draw::settle_due(&pg).await {
+                if let Err(e) = crate::admission::draw::settle_due(&pg).await {
                     tracing::debug!(error = ?e, "raffles not settled this tick");
                 }
                 if let Some(beacon) = &beacon {
-                    if let Err(e) = crate::admit::draw::fetch_due(&pg, &http, beacon).await {
+                    if let Err(e) = crate::admission::draw::fetch_due(&pg, &http, beacon).await {
                         tracing::debug!(error = ?e, "beacon rounds not fetched this tick");
                     }
                 }

@@ -8,9 +8,9 @@ use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthor
 use super::state::AppState;
 use super::vouchers::sale;
 use super::waiting::frontier_of;
-use crate::admit::advance::{Admitted, Frontier};
-use crate::admit::raffle::{Summary, Winner};
-use crate::admit::Mode;
+use crate::admission::advance::{Admitted, Frontier};
+use crate::admission::raffle::{Summary, Winner};
+use crate::admission::Mode;
 use crate::validate::{self, required, whole};
 use crate::voucher::model::MAX_ADMIT_RATE;
 use actix_web::web;

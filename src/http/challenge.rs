@@ -8,7 +8,7 @@ use super::path::path_id;
 use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
 use super::vouchers::sale;
-use crate::admit::pow::Challenge;
+use crate::admission::pow::Challenge;
 use crate::voucher::model::FlashSale;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest};
@@ -45,7 +45,7 @@ pub(super) fn first_proof(
     }
     match check(req, state, sale, user, flash) {
         Ok(()) => Ok(Proof::Good),
-        Err(crate::admit::pow::Refused::Stale(why)) => Ok(Proof::Stale(invalid(why))),
+        Err(crate::admission::pow::Refused::Stale(why)) => Ok(Proof::Stale(invalid(why))),
         Err(refused) => Err(refused_error(refused)),
     }
 }
@@ -65,8 +65,8 @@ fn invalid(why: &'static str) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "proof_of_work_invalid", why)
 }
 
-fn refused_error(refused: crate::admit::pow::Refused) -> ApiError {
-    use crate::admit::pow::Refused;
+fn refused_error(refused: crate::admission::pow::Refused) -> ApiError {
+    use crate::admission::pow::Refused;
     match refused {
         Refused::Missing => ApiError::new(
             StatusCode::FORBIDDEN,
@@ -83,12 +83,12 @@ fn check(
     sale: i64,
     user: i64,
     flash: &FlashSale,
-) -> Result<(), crate::admit::pow::Refused> {
+) -> Result<(), crate::admission::pow::Refused> {
     if flash.pow_difficulty <= 0 {
         return Ok(());
     }
     let Some(payload) = req.headers().get(POW_HEADER) else {
-        return Err(crate::admit::pow::Refused::Missing);
+        return Err(crate::admission::pow::Refused::Missing);
     };
     let payload = payload.to_str().unwrap_or_default();
     state.admit.signer.check_solution(

@@ -12,10 +12,10 @@ pub fn cap_of(
     req: &actix_web::HttpRequest,
     trusted: &[IpNet],
     flash: &crate::voucher::model::FlashSale,
-) -> Option<crate::admit::addresses::Cap> {
+) -> Option<crate::admission::addresses::Cap> {
     let cap = flash.address_cap?;
     let addr = client_addr(req.peer_addr().map(|a| a.ip()), req.headers(), trusted)?;
-    Some(crate::admit::addresses::Cap {
+    Some(crate::admission::addresses::Cap {
         addr: cap_key(addr),
         cap,
     })

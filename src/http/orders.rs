@@ -91,7 +91,7 @@ pub const ADMISSION_HEADER: &str = "X-Admission-Token";
 /// Whether the request carries a valid admission token of `user` for `voucher`
 /// (whose queue's pauses that ended add up to `paused_ms`).
 fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused_ms: i64) -> Result<(), ApiError> {
-    use crate::admit::token::Refused;
+    use crate::admission::token::Refused;
     use actix_web::http::StatusCode;
     let Some(token) = req.headers().get(ADMISSION_HEADER) else {
         return Err(ApiError::new(

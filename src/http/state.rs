@@ -24,7 +24,7 @@ pub struct AppState {
     pub ordering: Ordering,
     /// Fair admission: admission tokens, queue places, raffles, proofs of work,
     /// frontiers.
-    pub admit: Arc<crate::admit::Admission>,
+    pub admit: Arc<crate::admission::Admission>,
     /// Redis losing state or going back in time: the sales this process has
     /// closed, its floors, the repairs ([`crate::recovery`]).
     pub recovery: Arc<crate::recovery::Recovery>,
@@ -62,7 +62,7 @@ pub struct Edge {
     /// Each flash sale's units on sale as `GET /api/v1/vouchers/{id}` shows them:
     /// read from Redis at most every [`crate::voucher::stock::PUBLIC_REFRESH`] per
     /// instance, however many browse.
-    pub public_stock: crate::admit::frontier::PerSale<Option<i64>>,
+    pub public_stock: crate::admission::frontier::PerSale<Option<i64>>,
 }
 
 /// The connections and process-wide parts the services are built on.

@@ -8,9 +8,9 @@ use super::path::path_id;
 use super::responses::{BadRequest, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
 use super::vouchers::sale;
-use crate::admit::advance::Frontier;
-use crate::admit::queue;
-use crate::admit::Mode;
+use crate::admission::advance::Frontier;
+use crate::admission::queue;
+use crate::admission::Mode;
 use crate::voucher::model::{FlashSale, Voucher};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -76,7 +76,7 @@ fn not_a_queue() -> ApiError {
     ApiError::conflict("not_a_queue", "this sale has no queue (its admission is not `queue`)")
 }
 
-/// The queue's frontier now (this instance's, at most [`crate::admit::frontier::REFRESH`] old);
+/// The queue's frontier now (this instance's, at most [`crate::admission::frontier::REFRESH`] old);
 /// the background tick moves it too (`crate::app`'s queue task).
 pub async fn frontier_of(state: &AppState, voucher: &Voucher, flash: &FlashSale) -> Result<Frontier, ApiError> {
     let (id, shards, turn) = (voucher.typed_id(), flash.shards(), flash.turn_secs.unwrap_or(300));
@@ -237,8 +237,8 @@ pub async fn queue_me(
         ) {
             Ok(place) => Some(place),
             // An old ticket says nothing wrong: look the place up.
-            Err(crate::admit::token::Refused::Expired) => None,
-            Err(crate::admit::token::Refused::Invalid(why)) => {
+            Err(crate::admission::token::Refused::Expired) => None,
+            Err(crate::admission::token::Refused::Invalid(why)) => {
                 return Err(ApiError::new(StatusCode::FORBIDDEN, "ticket_invalid", why))
             }
         },

@@ -52,7 +52,7 @@ pub struct Judged {
 
 impl Judged {
     /// The sale's admission: whether an order needs an admission token.
-    pub fn admission(&self) -> crate::admit::Mode {
+    pub fn admission(&self) -> crate::admission::Mode {
         self.entry
             .voucher
             .flash

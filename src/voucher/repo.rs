@@ -1,6 +1,6 @@
 //! Postgres queries for vouchers.
 use super::model::{FlashSale, NewVoucher, Voucher, MAX_STOCK};
-use crate::admit::Mode;
+use crate::admission::Mode;
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, PgExecutor, Row};
 use std::sync::LazyLock;
@@ -13,8 +13,8 @@ static SELECT: LazyLock<String> = LazyLock::new(|| {
         v.created_at, s.total_stock, s.begin_at, s.end_at, coalesce(s.paused, false) AS paused, s.stock_shards,
         s.admission, s.turn_secs, s.draw_at, s.pow_difficulty, s.address_cap, {QUEUE}
    FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id {JOIN_QUEUE}",
-        QUEUE = crate::admit::sql::QUEUE_COLUMNS,
-        JOIN_QUEUE = crate::admit::sql::JOIN_QUEUE_OF_VOUCHER
+        QUEUE = crate::admission::sql::QUEUE_COLUMNS,
+        JOIN_QUEUE = crate::admission::sql::JOIN_QUEUE_OF_VOUCHER
     )
 });
 
@@ -93,13 +93,13 @@ pub async fn insert(tx: &mut sqlx::PgConnection, v: &NewVoucher) -> Result<Vouch
         .await?;
         match f.admission {
             Mode::FirstCome => {}
-            Mode::Queue => crate::admit::queue::create(tx, id, f.admit_rate.unwrap_or(1), f.begin_at).await?,
+            Mode::Queue => crate::admission::queue::create(tx, id, f.admit_rate.unwrap_or(1), f.begin_at).await?,
             Mode::Raffle => {
                 let beacon = v
                     .beacon
                     .as_ref()
                     .ok_or_else(|| sqlx::Error::Protocol("a raffle sale without its beacon".into()))?;
-                crate::admit::raffle::create(tx, id, beacon).await?;
+                crate::admission::raffle::create(tx, id, beacon).await?;
             }
         }
     }

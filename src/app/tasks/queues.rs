@@ -1,7 +1,7 @@
 //! The queue frontiers' tick: every running queue moves at its rate whether or
 //! not anyone polls this instance (the advance counts from the last move, whoever
 //! made it).
-use crate::admit::Mode;
+use crate::admission::Mode;
 use crate::http::state::AppState;
 
 /// Advances every queue sale running now (begun, not ended) that this instance

@@ -1,7 +1,7 @@
 //! The bodies of the raffle's routes: a shopper's entry, a page of the entry list
 //! and the query asking for it, and a submitted beacon round.
 use super::super::error::ApiError;
-use crate::admit::raffle::PublicEntry;
+use crate::admission::raffle::PublicEntry;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

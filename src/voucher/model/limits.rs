@@ -14,4 +14,4 @@ pub const DEFAULT_ADMIT_RATE: i64 = 100;
 pub const MAX_TURN_SECS: i64 = 86_400;
 pub const DEFAULT_TURN_SECS: i64 = 300;
 /// The hardest proof of work an admin may ask.
-pub const MAX_DIFFICULTY: i64 = crate::admit::pow::MAX_DIFFICULTY;
+pub const MAX_DIFFICULTY: i64 = crate::admission::pow::MAX_DIFFICULTY;

@@ -7,8 +7,8 @@ use super::limits::{
     MAX_TURN_SECS,
 };
 use super::voucher::FlashSale;
-use crate::admit::beacon::{Beacon, Chain, MARGIN_SECS, MAX_PERIOD};
-use crate::admit::Mode;
+use crate::admission::beacon::{Beacon, Chain, MARGIN_SECS, MAX_PERIOD};
+use crate::admission::Mode;
 use crate::validate::{self, optional, required, text, time, whole, Lines, ValidationError};
 use serde_json::Value;
 

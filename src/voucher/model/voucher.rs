@@ -1,5 +1,5 @@
 //! [`Voucher`] as stored and served, and its flash-sale part [`FlashSale`].
-use crate::admit::Mode;
+use crate::admission::Mode;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -46,7 +46,7 @@ pub struct FlashSale {
     #[schema(required = false, minimum = 1, maximum = 1_000_000)]
     pub address_cap: Option<i32>,
     /// A queue's pauses that ended, in total (ms): turns last that much longer
-    /// than their admission tokens first said (`crate::admit::token`).
+    /// than their admission tokens first said (`crate::admission::token`).
     #[serde(skip)]
     pub queue_paused_ms: i64,
 }

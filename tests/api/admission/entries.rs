@@ -97,9 +97,9 @@ async fn a_bad_beacon_is_refused_in_every_mode() {
     let app = TestApp::spawn(&ns).await;
     let now = Utc::now();
     let hour = chrono::Duration::hours(1);
-    let key = seckill::admit::beacon::QUICKNET_PUBLIC_KEY;
+    let key = seckill::admission::beacon::QUICKNET_PUBLIC_KEY;
     let chain = |key: &str, round: Value| {
-        json!({"public_key": key, "genesis_time": seckill::admit::beacon::QUICKNET_GENESIS,
+        json!({"public_key": key, "genesis_time": seckill::admission::beacon::QUICKNET_GENESIS,
                "period": 3, "round": round})
     };
     // The identity point: every round's signature would be known.

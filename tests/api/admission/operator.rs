@@ -167,7 +167,7 @@ async fn the_operator_who_knows_the_seed_and_the_secret_cannot_steer_the_raffle(
         .iter()
         .map(|e| {
             (
-                seckill::admit::signing::sha256_hex(format!("{seed}:{list}:{e}").as_bytes()),
+                seckill::admission::signing::sha256_hex(format!("{seed}:{list}:{e}").as_bytes()),
                 e.clone(),
             )
         })

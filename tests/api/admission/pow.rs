@@ -3,8 +3,8 @@
 //! sale's difficulty; a shopper has one place however often it asks.
 //! `a_proof_of_work_is_checked_before_any_query`.
 use super::*;
-use seckill::admit::pow::{payload, solve, Challenge};
-use seckill::admit::signing::Signer;
+use seckill::admission::pow::{payload, solve, Challenge};
+use seckill::admission::signing::Signer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_proof_of_work_below_the_difficulty_is_refused() {

@@ -429,12 +429,12 @@ async fn the_frontier_reads_the_stock_after_the_live_orders() {
     // (A few milliseconds since the last move: at 1000 a second some shoppers are
     // due, so that the rule is asked.)
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 2]), 600)
+    let f = seckill::admission::advance::advance(app.pg(), v, begin, fed(vec![3, 2]), 600)
         .await
         .unwrap();
     assert_eq!((f.admitted, f.held), (3, true), "stock read after the count: holds");
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let f = seckill::admit::advance::advance(app.pg(), v, begin, fed(vec![3, 3]), 600)
+    let f = seckill::admission::advance::advance(app.pg(), v, begin, fed(vec![3, 3]), 600)
         .await
         .unwrap();
     assert_eq!(

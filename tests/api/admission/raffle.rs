@@ -231,7 +231,7 @@ async fn a_crowd_reading_the_raffle_costs_postgres_one_query_per_refresh() {
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let refresh = seckill::admit::raffle::SUMMARY_REFRESH;
+    let refresh = seckill::admission::raffle::SUMMARY_REFRESH;
     let mut tries = 0;
     loop {
         tries += 1;

@@ -1,7 +1,7 @@
 //! The order endpoint of a queue sale requires the shopper's admission token for
 //! that sale: `tokens_forged_reused_expired_or_for_another_sale_are_refused`.
 use super::*;
-use seckill::admit::signing::Signer;
+use seckill::admission::signing::Signer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tokens_forged_reused_expired_or_for_another_sale_are_refused() {

@@ -46,7 +46,7 @@ async fn admission_responses_match_the_document() {
         None,
     )
     .await;
-    let challenge: seckill::admit::pow::Challenge = serde_json::from_value(c.1.clone()).unwrap();
+    let challenge: seckill::admission::pow::Challenge = serde_json::from_value(c.1.clone()).unwrap();
     seen.push(("get", "/api/v1/vouchers/{id}/challenge", c));
     seen.push((
         "get",
@@ -67,7 +67,7 @@ async fn admission_responses_match_the_document() {
         "/api/v1/vouchers/{id}/queue",
         call(&app.addr, post.clone(), &queue_path, &shopper, &[], None).await,
     ));
-    let solved = seckill::admit::pow::payload(&challenge, seckill::admit::pow::solve(&challenge).unwrap());
+    let solved = seckill::admission::pow::payload(&challenge, seckill::admission::pow::solve(&challenge).unwrap());
     let joined = call(
         &app.addr,
         post.clone(),

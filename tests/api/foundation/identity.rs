@@ -267,8 +267,8 @@ async fn a_shopper_issuers_key_makes_no_admin() {
     // SECKILL_ADMISSION_SECRET here: they come from both JWT secrets).
     let label = b"seckill raffle entry v1";
     let raffle = app.app().state().admit.signer.raffle;
-    assert_ne!(raffle, seckill::admit::signing::mac(SECRET.as_bytes(), label));
-    assert_ne!(raffle, seckill::admit::signing::mac(ADMIN_SECRET.as_bytes(), label));
+    assert_ne!(raffle, seckill::admission::signing::mac(SECRET.as_bytes(), label));
+    assert_ne!(raffle, seckill::admission::signing::mac(ADMIN_SECRET.as_bytes(), label));
 }
 
 /// Without an identity provider, `SECKILL_ADMIN_JWT_SECRET` still splits the keys:
@@ -305,8 +305,14 @@ async fn the_admin_and_admission_secrets_are_keys_of_their_own() {
     assert_eq!(status, StatusCode::OK, "an admin token of the admin secret: {body}");
     let signer = &app.app().state().admit.signer;
     let label = b"seckill raffle entry v1";
-    assert_eq!(signer.raffle, seckill::admit::signing::mac(admission.as_bytes(), label));
-    assert_ne!(signer.raffle, seckill::admit::signing::mac(SECRET.as_bytes(), label));
+    assert_eq!(
+        signer.raffle,
+        seckill::admission::signing::mac(admission.as_bytes(), label)
+    );
+    assert_ne!(
+        signer.raffle,
+        seckill::admission::signing::mac(SECRET.as_bytes(), label)
+    );
 }
 
 /// The provider rotates its keys: a token of the new key is taken within

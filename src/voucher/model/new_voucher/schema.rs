@@ -1,7 +1,7 @@
 //! The OpenAPI schema of a [`NewVoucher`] body: what [`NewVoucher::parse`]
 //! accepts, for the readers of the API document.
 use super::{NewVoucher, MAX_ADDRESS_CAP, MAX_GENESIS, MAX_ROUND};
-use crate::admit::beacon::MAX_PERIOD;
+use crate::admission::beacon::MAX_PERIOD;
 use crate::validate::{self, refused_class, Lines};
 use crate::voucher::model::limits::{MAX_ADMIT_RATE, MAX_DIFFICULTY, MAX_MONEY, MAX_SHARDS, MAX_STOCK, MAX_TURN_SECS};
 use serde_json::{json, Value};

@@ -26,7 +26,7 @@ pub const MAX_PERIOD: i32 = 86_400;
 /// How long after the entries close the round must be published, at least: the
 /// close (fixing the entry list) comes first, with room for a slow close and
 /// for clocks. A close that finds the round about to be published moves the
-/// raffle to the first round this long after it ([`crate::admit::draw`]).
+/// raffle to the first round this long after it ([`crate::admission::draw`]).
 pub const MARGIN_SECS: i64 = 10;
 
 /// A beacon chain: whose signatures count.
