@@ -2,7 +2,7 @@
 //!
 //! The order path, top to bottom:
 //! - [`order::place`]: the handler checks the sale window from the in-process
-//!   [`voucher::cache`], then runs one Lua script (`lua/reserve.lua`) that takes stock,
+//!   [`sales::cache`], then runs one Lua script (`lua/reserve.lua`) that takes stock,
 //!   marks the shopper and appends the order to the voucher's outbox stream atomically
 //!   (one call for every order waiting for the same shard: [`order::gates`]);
 //! - [`outbox`]: the relay moves outbox entries to RabbitMQ with publisher confirms,
@@ -32,7 +32,7 @@
 //!   error body, authentication, rate limits, health, the OpenAPI document.
 //!
 //! The business areas:
-//! - area sales: `voucher`: vouchers, their window, stock and shards, top-ups,
+//! - area sales: `sales`: vouchers, their window, stock and shards, top-ups,
 //!   pauses, the in-process cache the order path reads, the books.
 //! - area ordering: `order`, `outbox`, `worker`: placing an order (one script in
 //!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
@@ -72,8 +72,8 @@ pub mod order;
 pub mod outbox;
 pub mod recovery;
 pub mod redis_conn;
+pub mod sales;
 pub mod supervise;
 pub mod telemetry;
 pub mod validate;
-pub mod voucher;
 pub mod worker;

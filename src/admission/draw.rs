@@ -51,7 +51,7 @@ async fn committed(pg: &PgPool, voucher: i64) -> Result<Option<(Chain, i64, bool
     let r = sqlx::query(&format!(
         "SELECT r.beacon_key, r.beacon_genesis, r.beacon_period, r.beacon_round, clock_timestamp() >= s.draw_at AS due
            FROM raffles r {SALE} WHERE r.voucher_id = $1",
-        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+        SALE = crate::sales::sql::JOIN_SALE_OF_RAFFLE
     ))
     .bind(voucher)
     .fetch_optional(pg)
@@ -117,7 +117,7 @@ pub async fn settle_due(pg: &PgPool) -> Result<()> {
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id
           WHERE r.drawn_at IS NULL AND s.draw_at <= clock_timestamp()
             AND (r.closed_at IS NULL OR b.voucher_id IS NOT NULL)",
-        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+        SALE = crate::sales::sql::JOIN_SALE_OF_RAFFLE
     ))
     .fetch_all(pg)
     .await?;

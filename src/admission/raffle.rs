@@ -94,7 +94,7 @@ async fn try_enter(
     let open_now: Option<bool> = sqlx::query_scalar(&format!(
         "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
            FROM raffles r {SALE} WHERE r.voucher_id = $1",
-        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+        SALE = crate::sales::sql::JOIN_SALE_OF_RAFFLE
     ))
     .bind(voucher)
     .fetch_optional(pg)
@@ -109,7 +109,7 @@ async fn try_enter(
         "SELECT r.closed_at IS NULL AND r.drawn_at IS NULL AND clock_timestamp() < s.draw_at
            FROM raffles r {SALE}
           WHERE r.voucher_id = $1 FOR SHARE OF r NOWAIT",
-        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+        SALE = crate::sales::sql::JOIN_SALE_OF_RAFFLE
     ))
     .bind(voucher)
     .fetch_optional(&mut *tx)

@@ -5,7 +5,7 @@ use crate::config::Settings;
 use crate::http::state::{AppState, Edge, Handles};
 use crate::numbers::id_worker::IdWorker;
 use crate::numbers::Sequences;
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use anyhow::{Context, Result};
 use clients::{clients, Clients};
 use services::{ordering_of, sales_of};

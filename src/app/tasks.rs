@@ -5,7 +5,7 @@ use super::mode::{Mode, Options};
 use crate::http::state::AppState;
 use crate::numbers::Sequences;
 use crate::outbox::relay::Relay;
-use crate::voucher::cache;
+use crate::sales::cache;
 use crate::worker::Worker;
 use std::sync::Arc;
 use std::time::Duration;
@@ -199,7 +199,7 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
     // GET /metrics serve them from memory).
     tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
     // Keeps seckill_sales_unbalanced (served at /metrics) current.
-    let watch = crate::voucher::audit::Watch {
+    let watch = crate::sales::audit::Watch {
         pg: state.handles.background_pg.clone(),
         redis: state.handles.redis.clone(),
         keys: state.handles.keys.clone(),
@@ -229,7 +229,7 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
     if let Some(every) = state.settings.guards.shard_recovery_interval {
         tasks.spawn(
             "shard moves",
-            crate::voucher::moves::run_recovery(
+            crate::sales::moves::run_recovery(
                 state.handles.redis.clone(),
                 state.handles.keys.clone(),
                 state.recovery.clone(),

@@ -9,7 +9,7 @@ use super::responses::{BadRequest, Forbidden, RateLimited, Unauthorized, Unavail
 use super::state::AppState;
 use super::vouchers::sale;
 use crate::admission::pow::Challenge;
-use crate::voucher::model::FlashSale;
+use crate::sales::model::FlashSale;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest};
 

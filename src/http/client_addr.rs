@@ -11,7 +11,7 @@ use std::net::IpAddr;
 pub fn cap_of(
     req: &actix_web::HttpRequest,
     trusted: &[IpNet],
-    flash: &crate::voucher::model::FlashSale,
+    flash: &crate::sales::model::FlashSale,
 ) -> Option<crate::admission::addresses::Cap> {
     let cap = flash.address_cap?;
     let addr = client_addr(req.peer_addr().map(|a| a.ip()), req.headers(), trusted)?;

@@ -112,7 +112,7 @@ impl ApiError {
 /// `NOREPLICAS`, `BUSY`, `MISCONF`); see [`crate::redis_conn::is_transient`].
 fn is_dependency_down(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
-        if cause.is::<crate::voucher::shards::NoConsistentReading>() || cause.is::<crate::recovery::Repairing>() {
+        if cause.is::<crate::sales::shards::NoConsistentReading>() || cause.is::<crate::recovery::Repairing>() {
             return true;
         }
         if let Some(e) = cause.downcast_ref::<redis::RedisError>() {

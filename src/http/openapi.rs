@@ -14,14 +14,14 @@ use super::responses::{RateLimited, Unavailable};
 use crate::numbers::body::{NextRequest, NextValues, RuleRequest};
 use crate::numbers::Rule;
 use crate::order::{Accepted, Order};
-use crate::voucher::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
-use crate::voucher::live_numbers::{RelayState, ShardRelay};
-use crate::voucher::model::AddStock;
-use crate::voucher::view::{
+use crate::sales::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
+use crate::sales::live_numbers::{RelayState, ShardRelay};
+use crate::sales::model::AddStock;
+use crate::sales::view::{
     LiveSale, OrderCounts, PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage,
     VoucherWithStats,
 };
-use crate::voucher::{FlashSale, NewVoucher, Voucher};
+use crate::sales::{FlashSale, NewVoucher, Voucher};
 use actix_web::http::header;
 use actix_web::{web, HttpResponse};
 use std::sync::LazyLock;

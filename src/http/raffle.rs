@@ -42,7 +42,7 @@ fn not_a_raffle() -> ApiError {
     )
 }
 
-async fn raffle_sale(state: &AppState, id: crate::id::VoucherId) -> Result<crate::voucher::model::FlashSale, ApiError> {
+async fn raffle_sale(state: &AppState, id: crate::id::VoucherId) -> Result<crate::sales::model::FlashSale, ApiError> {
     let (_, flash) = sale(state, id).await?;
     if flash.admission != Mode::Raffle {
         return Err(not_a_raffle());
@@ -103,7 +103,7 @@ async fn mine(
     state: &AppState,
     id: crate::id::VoucherId,
     user: crate::id::UserId,
-    flash: &crate::voucher::model::FlashSale,
+    flash: &crate::sales::model::FlashSale,
 ) -> Result<MyEntry, ApiError> {
     let (entry, won) = state
         .admit

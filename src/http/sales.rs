@@ -7,10 +7,10 @@ use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauth
 use super::state::AppState;
 use super::vouchers::{voucher_not_found, with_stats};
 use crate::id;
-use crate::voucher::audit::Lookup;
-use crate::voucher::sales::NotPaused;
-use crate::voucher::view::{LiveSale, OrderCounts, VoucherPage};
-use crate::voucher::Voucher;
+use crate::sales::audit::Lookup;
+use crate::sales::service::NotPaused;
+use crate::sales::view::{LiveSale, OrderCounts, VoucherPage};
+use crate::sales::Voucher;
 use actix_web::web;
 use serde::Deserialize;
 
@@ -91,7 +91,7 @@ pub async fn resume(
     set_paused(&state, path_id(&path)?, false).await.map(web::Json)
 }
 
-/// [`crate::voucher::Sales::set_paused`]: the other instances learn of it by
+/// [`crate::sales::Sales::set_paused`]: the other instances learn of it by
 /// pub/sub or, if that is lost, by their pause check within a second.
 /// Idempotent: pausing a paused sale answers 200 as well.
 async fn set_paused(state: &AppState, id: crate::id::VoucherId, paused: bool) -> Result<Voucher, ApiError> {

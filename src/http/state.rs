@@ -8,7 +8,7 @@ use crate::keys::Keys;
 use crate::numbers::id_worker::IdWorker;
 use crate::numbers::Sequences;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use sqlx::PgPool;
 use std::sync::Arc;
 
@@ -19,7 +19,7 @@ pub struct AppState {
     pub clock: Clock,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The sales area: vouchers, stock, top-ups, pauses, books.
-    pub sales: crate::voucher::sales::Sales,
+    pub sales: crate::sales::service::Sales,
     /// The ordering area: placing, reading, paying and cancelling orders.
     pub ordering: Ordering,
     /// Fair admission: admission tokens, queue places, raffles, proofs of work,
@@ -60,7 +60,7 @@ pub struct Edge {
     /// a background task).
     pub jwt: Arc<super::auth::JwtKeys>,
     /// Each flash sale's units on sale as `GET /api/v1/vouchers/{id}` shows them:
-    /// read from Redis at most every [`crate::voucher::stock::PUBLIC_REFRESH`] per
+    /// read from Redis at most every [`crate::sales::stock::PUBLIC_REFRESH`] per
     /// instance, however many browse.
     pub public_stock: crate::admission::frontier::PerSale<Option<i64>>,
 }

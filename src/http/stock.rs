@@ -2,7 +2,7 @@
 //! optional `Idempotency-Key` ([`super::idempotency`]).
 //!
 //! Postgres first (stock, total and a pending top-up in one transaction), then
-//! Redis ([`crate::voucher::topup`]). Once committed the top-up stands whatever
+//! Redis ([`crate::sales::topup`]). Once committed the top-up stands whatever
 //! fails afterwards, so the answer is 200 and final; with a key, a retry gets that
 //! answer (rebuilt from the top-up if the first request could not store it) and
 //! adds nothing.
@@ -14,10 +14,10 @@ use super::path::path_id;
 use super::responses::{BadRequest, BodyRefused, Forbidden, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
 use super::vouchers::{voucher_not_found, with_stats};
-use crate::voucher::model::{AddStock, MAX_STOCK};
-use crate::voucher::topup::{NotRecorded, TopUp};
-use crate::voucher::view::{TopUpView, ToppedUp};
-use crate::voucher::Voucher;
+use crate::sales::model::{AddStock, MAX_STOCK};
+use crate::sales::topup::{NotRecorded, TopUp};
+use crate::sales::view::{TopUpView, ToppedUp};
+use crate::sales::Voucher;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::Value;

@@ -9,10 +9,10 @@ use super::responses::{
 };
 use super::state::AppState;
 use crate::id;
-use crate::voucher::audit::{Audit, Lookup};
-use crate::voucher::model::{FlashSale, NewVoucher, Voucher};
-use crate::voucher::stock;
-use crate::voucher::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
+use crate::sales::audit::{Audit, Lookup};
+use crate::sales::model::{FlashSale, NewVoucher, Voucher};
+use crate::sales::stock;
+use crate::sales::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
 use actix_web::http::header;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};

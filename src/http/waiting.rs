@@ -11,7 +11,7 @@ use super::vouchers::sale;
 use crate::admission::advance::Frontier;
 use crate::admission::queue;
 use crate::admission::Mode;
-use crate::voucher::model::{FlashSale, Voucher};
+use crate::sales::model::{FlashSale, Voucher};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Duration, Utc};

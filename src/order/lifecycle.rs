@@ -28,7 +28,7 @@ use super::model::{Order, ORDER_COLUMNS};
 use crate::id::{OrderId, UserId};
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use crate::voucher::stock::{self, Event};
+use crate::sales::stock::{self, Event};
 use anyhow::{Context, Result};
 use redis::Script;
 use sqlx::PgPool;
@@ -99,7 +99,7 @@ impl Lifecycle {
         let Some((stored_id, voucher_id)) = row else {
             return Ok(None);
         };
-        crate::voucher::pg_stock::lock_one(&mut tx, voucher_id)
+        crate::sales::pg_stock::lock_one(&mut tx, voucher_id)
             .await
             .context("locking the order's voucher")?;
         let order: Option<Order> = sqlx::query_as(&format!(
@@ -115,7 +115,7 @@ impl Lifecycle {
         .await
         .context("cancelling an order")?;
         let Some(order) = order else { return Ok(None) };
-        crate::voucher::pg_stock::give_back_one(&mut tx, order.voucher_id.get()).await?;
+        crate::sales::pg_stock::give_back_one(&mut tx, order.voucher_id.get()).await?;
         let ret = StockReturn {
             order_id: stored_id,
             voucher_id: order.voucher_id.get(),
@@ -136,7 +136,7 @@ impl Lifecycle {
     pub async fn return_stock(&self, ret: StockReturn) -> Result<bool> {
         let k = &self.keys;
         // The unit goes back to the shard of the order's shopper, whose mark it clears.
-        let shards = crate::voucher::repo::shards(&self.pg, ret.voucher_id).await?;
+        let shards = crate::sales::repo::shards(&self.pg, ret.voucher_id).await?;
         let shard = crate::keys::shard_of(ret.user_id, shards);
         if self.recovery.is_closed(ret.voucher_id) {
             // Its repair counts this return if Postgres had it; otherwise it is
@@ -240,9 +240,9 @@ impl Lifecycle {
     }
 
     /// Finishes stock top-ups a crash or an outage interrupted (older than
-    /// `min_age`; see [`crate::voucher::topup`]). Returns how many.
+    /// `min_age`; see [`crate::sales::topup`]). Returns how many.
     pub async fn recover_topups(&self, min_age: Duration) -> Result<usize> {
-        crate::voucher::topup::recover(&self.pg, &self.redis, &self.keys, &self.recovery, min_age).await
+        crate::sales::topup::recover(&self.pg, &self.redis, &self.keys, &self.recovery, min_age).await
     }
 
     /// Backstop for lost timeout messages: cancels orders still `created` that

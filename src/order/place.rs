@@ -10,7 +10,7 @@
 //!
 //! A sharded sale (`stock_shards` > 1) runs the script on the shopper's shard
 //! ([`crate::keys::shard_of`]). Only when that shard is dry does the order take more
-//! round trips: [`crate::voucher::refill::refill`] moves units to it from the
+//! round trips: [`crate::sales::refill::refill`] moves units to it from the
 //! richest shard (one refill per sale at a time in a process, and one across
 //! processes; the requests waiting take its answer), and the sale is sold out only
 //! when a consistent reading of every shard finds no stock and nothing in transit.
@@ -38,8 +38,8 @@ use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::numbers::id_worker::IdWorker;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::{Entry, Observed, VoucherCache};
-use crate::voucher::refill::{refill, Refill};
+use crate::sales::cache::{Entry, Observed, VoucherCache};
+use crate::sales::refill::{refill, Refill};
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! [`RefillFlights`]: single flight for the refills of a sharded sale's dry shard, per
 //! sale in this process (`place.rs` runs them).
-use crate::voucher::refill::Refill;
+use crate::sales::refill::Refill;
 use std::sync::Arc;
 
 /// Single flight for refills, per sale in this process: a request that finds its

@@ -17,7 +17,7 @@ use crate::keys::Keys;
 use crate::numbers::id_worker;
 use crate::recovery::Repairing;
 use crate::redis_conn::{Conn, Redis};
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Duration, Utc};
 use sqlx::{PgExecutor, PgPool};
@@ -211,7 +211,7 @@ impl Lookup {
         // key means nothing.
         let flash = match self.cache.get(voucher_id) {
             Some(e) => e.voucher.flash.as_ref().map(|f| f.shards()),
-            None => crate::voucher::repo::flash_shards(&self.pg, voucher_id).await?,
+            None => crate::sales::repo::flash_shards(&self.pg, voucher_id).await?,
         };
         let Some(shards) = flash else {
             return Ok(latest(&self.pg, voucher_id, user_id).await?);

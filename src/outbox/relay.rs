@@ -15,7 +15,7 @@ use crate::config::Settings;
 use crate::keys::Keys;
 use crate::order::model::OrderMsg;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use anyhow::{Context, Result};
 use lapin::options::ConfirmSelectOptions;
 

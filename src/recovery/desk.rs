@@ -6,7 +6,7 @@ use super::history::Histories;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use anyhow::{Context, Result};
 use sqlx::PgPool;
 use std::collections::HashMap;

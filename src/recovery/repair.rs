@@ -5,7 +5,7 @@
 //! module above). Different sales are checked and repaired at once.
 use super::desk::Recovery;
 use super::history::{read_shard, Call, Point, GEN};
-use crate::voucher::stock::{self, Event};
+use crate::sales::stock::{self, Event};
 use anyhow::{bail, Context, Result};
 use std::time::Instant;
 
@@ -81,7 +81,7 @@ impl Recovery {
 
     /// The sale's shards, if it is a flash sale.
     async fn shards_of(&self, voucher: i64) -> Result<Option<u32>> {
-        crate::voucher::repo::flash_shards(&self.pg, voucher)
+        crate::sales::repo::flash_shards(&self.pg, voucher)
             .await
             .context("reading a sale's shards")
     }

@@ -99,7 +99,7 @@ impl Recovery {
                 k,
             )?;
         }
-        crate::voucher::stock::register_outbox(&self.redis, &self.keys, voucher, shards).await?;
+        crate::sales::stock::register_outbox(&self.redis, &self.keys, voucher, shards).await?;
         Ok(())
     }
 

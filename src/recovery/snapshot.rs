@@ -145,10 +145,10 @@ impl Recovery {
         let stored = crate::order::stored::of_sale(&mut *tx, voucher)
             .await
             .context("reading a sale's orders")?;
-        let pg_stock = crate::voucher::pg_stock::of(&mut *tx, voucher)
+        let pg_stock = crate::sales::pg_stock::of(&mut *tx, voucher)
             .await
             .context("reading a sale's stock")?;
-        let topups = crate::voucher::topup::ids_of_sale(&mut *tx, voucher)
+        let topups = crate::sales::topup::ids_of_sale(&mut *tx, voucher)
             .await
             .context("reading a sale's top-ups")?;
         tx.commit().await?;

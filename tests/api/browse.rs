@@ -173,7 +173,7 @@ async fn a_crowd_browsing_a_sale_costs_redis_one_read_per_refresh() {
     let v = app.sharded_sale(80, 8).await;
     assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
     let path = format!("/api/v1/vouchers/{v}");
-    let refresh = seckill::voucher::stock::PUBLIC_REFRESH;
+    let refresh = seckill::sales::stock::PUBLIC_REFRESH;
     let mut tries = 0;
     loop {
         tries += 1;

@@ -29,7 +29,7 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     if mine.is_none() {
         return Ok(false);
     }
-    let due = crate::voucher::sql::draw_due(&mut tx, voucher).await?;
+    let due = crate::sales::sql::draw_due(&mut tx, voucher).await?;
     if !due {
         return Ok(false);
     }
@@ -45,7 +45,7 @@ pub async fn close(pg: &PgPool, voucher: i64) -> Result<bool> {
     .await?;
     // Last, and in share mode: a top-up that checked the clock before draw_at and
     // has not committed is waited for (briefly) and counted.
-    let stock = crate::voucher::sql::total_stock_shared(&mut tx, voucher).await?;
+    let stock = crate::sales::sql::total_stock_shared(&mut tx, voucher).await?;
     let winners = count.min(i64::from(stock.max(0)));
     let moved = unpublished_round(&mut tx, voucher).await?;
     sqlx::query(

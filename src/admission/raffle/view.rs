@@ -66,7 +66,7 @@ pub async fn summary(pg: &PgPool, voucher: i64) -> Result<Summary> {
            FROM raffles r {SALE}
            LEFT JOIN raffle_beacons b ON b.voucher_id = r.voucher_id AND b.round = r.beacon_round
           WHERE r.voucher_id = $1",
-        SALE = crate::voucher::sql::JOIN_SALE_OF_RAFFLE
+        SALE = crate::sales::sql::JOIN_SALE_OF_RAFFLE
     ))
     .bind(voucher)
     .fetch_optional(pg)

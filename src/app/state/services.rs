@@ -1,8 +1,8 @@
 //! The areas' services a handler calls, each built on the request handlers' pool.
 use super::clients::Clients;
 use crate::http::state::Ordering;
-use crate::voucher::cache::VoucherCache;
-use crate::voucher::sales::{Sales, SalesParts};
+use crate::sales::cache::VoucherCache;
+use crate::sales::service::{Sales, SalesParts};
 use std::sync::Arc;
 
 /// The ordering area's services (the placer made by `order_placer`), on the

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 /// The stock Postgres has for each of the batch's vouchers, as last committed,
 /// without locking anything.
 pub(super) async fn read_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
-    crate::voucher::pg_stock::read(tx, &vouchers_of(orders)).await
+    crate::sales::pg_stock::read(tx, &vouchers_of(orders)).await
 }
 
 /// Numbers the rows to create, inserts every row, settles the rows the insert
@@ -57,7 +57,7 @@ pub(super) async fn store(
 /// Locks the batch's vouchers (in id order, so that two workers never wait on each
 /// other in a cycle) and returns the stock Postgres has for each.
 pub(super) async fn lock_stock(tx: &mut PgConnection, orders: &[OrderMsg]) -> Result<HashMap<i64, i32>, sqlx::Error> {
-    crate::voucher::pg_stock::lock(tx, &vouchers_of(orders)).await
+    crate::sales::pg_stock::lock(tx, &vouchers_of(orders)).await
 }
 
 /// The batch's vouchers, each once, in id order.
@@ -119,7 +119,7 @@ pub(super) fn within_stock(orders: Vec<OrderMsg>, stock: &HashMap<i64, i32>) -> 
 
 /// Takes the units of the created orders from Postgres's stock.
 pub(super) async fn take_stock(tx: &mut PgConnection, units: HashMap<i64, i32>) -> Result<(), sqlx::Error> {
-    crate::voucher::pg_stock::take(tx, units).await
+    crate::sales::pg_stock::take(tx, units).await
 }
 
 /// Deletes the relay's intents of a batch whose orders this transaction stores

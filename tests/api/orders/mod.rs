@@ -6,7 +6,7 @@ use crate::fixtures::OwnRedis;
 use crate::helpers::*;
 use futures::future::join_all;
 use reqwest::StatusCode;
-use seckill::voucher::cache::SOLD_OUT_TTL;
+use seckill::sales::cache::SOLD_OUT_TTL;
 use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;

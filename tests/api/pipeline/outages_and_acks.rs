@@ -118,7 +118,7 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
             recovery: state.recovery.clone(),
         },
         state.handles.keys.clone(),
-        Arc::new(seckill::voucher::cache::VoucherCache::default()),
+        Arc::new(seckill::sales::cache::VoucherCache::default()),
         "relay-with-an-empty-cache".into(),
         &state.settings,
         state.metrics.clone(),

@@ -110,7 +110,7 @@ async fn a_move_interrupted_after_its_give_is_completed_by_the_recovery() {
         to: 0,
         transfer: "crashed-move",
     };
-    seckill::voucher::refill::register(&mut conn, &keys, &mv, 5)
+    seckill::sales::refill::register(&mut conn, &keys, &mv, 5)
         .await
         .unwrap();
     let (given, given_at, _) = shards::give(&mut conn, &keys, recovery, &mv, 5).await.unwrap();

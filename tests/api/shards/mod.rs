@@ -5,7 +5,7 @@ use crate::faults::crowd::{crowd, settle, settle_allowing, settle_on, Tally};
 use crate::helpers::*;
 use reqwest::StatusCode;
 use seckill::keys::shard_of;
-use seckill::voucher::shards;
+use seckill::sales::shards;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -131,7 +131,7 @@ async fn a_unit_back_on_shard_1_sells_to_a_shopper_of_shard_2(event: bool) -> Du
     let back = std::time::Instant::now();
     if event {
         let state = app.app().state();
-        seckill::voucher::stock::publish(&state.handles.redis, &keys, seckill::voucher::stock::Event::Stock(v))
+        seckill::sales::stock::publish(&state.handles.redis, &keys, seckill::sales::stock::Event::Stock(v))
             .await
             .unwrap();
     }

@@ -102,7 +102,7 @@ async fn a_unit_back_on_another_shard_sells_within_the_bound_without_an_event() 
 async fn a_unit_back_on_another_shard_sells_at_once_with_its_event() {
     let took = a_unit_back_on_shard_1_sells_to_a_shopper_of_shard_2(true).await;
     // The event clears the flag on arrival: no need to wait for the probe.
-    assert!(took < seckill::voucher::cache::SOLD_OUT_TTL, "sold after {took:?}");
+    assert!(took < seckill::sales::cache::SOLD_OUT_TTL, "sold after {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -3,7 +3,7 @@
 //! crash or an outage interrupted.
 use crate::helpers::*;
 use reqwest::StatusCode;
-use seckill::voucher::topup;
+use seckill::sales::topup;
 use serde_json::{json, Value};
 use sqlx::Connection;
 use std::time::Duration;

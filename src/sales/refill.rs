@@ -1,5 +1,5 @@
-//! Refilling a dry shard of a sharded sale: the part of [`crate::voucher::shards`]
-//! that decides, rather than steps ([`crate::voucher::moves`] completes the moves
+//! Refilling a dry shard of a sharded sale: the part of [`crate::sales::shards`]
+//! that decides, rather than steps ([`crate::sales::moves`] completes the moves
 //! a process left in transit).
 //!
 //! Cost follows demand. A refill runs only when an order finds its shard dry; one

@@ -2,8 +2,8 @@
 //! accepts, for the readers of the API document.
 use super::{NewVoucher, MAX_ADDRESS_CAP, MAX_GENESIS, MAX_ROUND};
 use crate::admission::beacon::MAX_PERIOD;
+use crate::sales::model::limits::{MAX_ADMIT_RATE, MAX_DIFFICULTY, MAX_MONEY, MAX_SHARDS, MAX_STOCK, MAX_TURN_SECS};
 use crate::validate::{self, refused_class, Lines};
-use crate::voucher::model::limits::{MAX_ADMIT_RATE, MAX_DIFFICULTY, MAX_MONEY, MAX_SHARDS, MAX_STOCK, MAX_TURN_SECS};
 use serde_json::{json, Value};
 
 /// Characters Rust's `str::trim` removes (Unicode White_Space), for the patterns

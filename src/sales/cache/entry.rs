@@ -1,7 +1,7 @@
 //! [`Entry`]: one cached voucher and its local sold-out flag (set, trusted for
 //! [`SOLD_OUT_TTL`](super::SOLD_OUT_TTL), probed, cleared).
 use super::sold_out::{cleared, flagged_at, now_ms, trusted, FLAG};
-use crate::voucher::model::Voucher;
+use crate::sales::model::Voucher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct Entry {

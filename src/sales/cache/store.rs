@@ -2,9 +2,9 @@
 //! keeps what was put meanwhile), its pause check and the events it applies.
 use super::entry::Entry;
 use super::missing;
-use crate::voucher::model::Voucher;
-use crate::voucher::repo;
-use crate::voucher::stock::Event;
+use crate::sales::model::Voucher;
+use crate::sales::repo;
+use crate::sales::stock::Event;
 use anyhow::{Context, Result};
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};

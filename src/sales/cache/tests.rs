@@ -2,7 +2,7 @@
 //! generations, and what a reload keeps.
 use super::sold_out::{flagged_at, stamp, FLAG, GEN_SHIFT, TTL_MS};
 use super::*;
-use crate::voucher::model::Voucher;
+use crate::sales::model::Voucher;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

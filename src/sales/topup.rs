@@ -24,8 +24,8 @@ use crate::keys::Keys;
 use crate::recovery::side::Side;
 use crate::recovery::Recovery;
 use crate::redis_conn::{Conn, Redis};
-use crate::voucher::repo;
-use crate::voucher::stock::{self, Event};
+use crate::sales::repo;
+use crate::sales::stock::{self, Event};
 use anyhow::{Context, Result};
 use redis::Script;
 use sqlx::PgPool;
@@ -49,7 +49,7 @@ pub enum NotRecorded {
     NotFound,
     #[error("not a flash sale")]
     NotAFlashSale,
-    #[error("the total stock would exceed {}", crate::voucher::model::MAX_STOCK)]
+    #[error("the total stock would exceed {}", crate::sales::model::MAX_STOCK)]
     OverLimit,
     #[error("a raffle's stock is fixed at its draw_at")]
     RaffleClosed,

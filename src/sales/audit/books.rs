@@ -154,7 +154,7 @@ pub async fn audit(pg: &PgPool, redis: &Redis, keys: &Keys, broker: &Broker, vou
 /// `balanced` does not depend on it.
 pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> Result<Lookup> {
     // Its shards (fixed for the life of the sale; 1 if there is no such sale).
-    let shards = crate::voucher::repo::shards(pg, voucher_id).await?;
+    let shards = crate::sales::repo::shards(pg, voucher_id).await?;
     // Postgres first, in one snapshot: see the module's doc.
     let (stock, postgres) = match postgres_books(pg, voucher_id).await? {
         Ok(found) => found,
@@ -162,10 +162,10 @@ pub async fn books(pg: &PgPool, redis: &Redis, keys: &Keys, voucher_id: i64) -> 
     };
     // Then Redis, in one MULTI per shard: every key of a shard shares its hash tag.
     let mut conn = redis.conn().await?;
-    let snap = crate::voucher::shards::snapshot(&mut conn, keys, voucher_id, shards)
+    let snap = crate::sales::shards::snapshot(&mut conn, keys, voucher_id, shards)
         .await
         .context("reading the sale's books in Redis")?
-        .ok_or(crate::voucher::shards::NoConsistentReading)?;
+        .ok_or(crate::sales::shards::NoConsistentReading)?;
     let stock_remaining = snap.stock();
     let orders_admitted: i64 = snap.shards.iter().map(|s| s.orders).sum();
     let units_returned: i64 = snap.shards.iter().map(|s| s.returned).sum();

@@ -4,7 +4,7 @@
 use super::store::VoucherCache;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use crate::voucher::stock::Event;
+use crate::sales::stock::Event;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use sqlx::PgPool;

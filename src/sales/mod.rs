@@ -10,7 +10,7 @@ pub mod moves;
 pub mod pg_stock;
 pub mod refill;
 pub mod repo;
-pub mod sales;
+pub mod service;
 pub mod shards;
 pub mod sql;
 pub mod stock;

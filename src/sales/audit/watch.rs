@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::redis_conn::Redis;
-use crate::voucher::cache::VoucherCache;
+use crate::sales::cache::VoucherCache;
 use sqlx::PgPool;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //!
 //! A shopper always lands on the shard [`crate::keys::shard_of`] names, so the one
 //! order per shopper stays one atomic script (`reserve.lua` on that shard). When the
-//! shard runs dry while others still hold stock, [`crate::voucher::refill`] moves
+//! shard runs dry while others still hold stock, [`crate::sales::refill`] moves
 //! units from the richest shard to it, in three idempotent steps on two slots:
 //!
 //! 1. `shard_give.lua` on the donor: stock − n, and the ledger entry

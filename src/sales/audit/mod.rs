@@ -27,7 +27,7 @@
 //!
 //! The Postgres half is read in one snapshot, then the Redis half in one `MULTI`
 //! per shard (a sharded sale's shards are read until two reads agree on every
-//! move: [`crate::voucher::shards::snapshot`]). Postgres first: every order Postgres
+//! move: [`crate::sales::shards::snapshot`]). Postgres first: every order Postgres
 //! holds was admitted by Redis before it was read, and Redis's count of admitted
 //! orders only grows, so a healthy sale never shows fewer admitted orders than
 //! Postgres holds. Orders admitted or persisted between the two reads move a unit
