@@ -20,8 +20,9 @@ if [ $# -gt 0 ]; then
   cargo test --workspace --test api -- "$@"
 else
   # The modules that kill, freeze, cut or roll back a dependency, run servers of
-  # their own or a browser, and the measurements.
-  faults=(faults:: nemesis:: cost:: rollback:: went_back:: frozen:: failback:: replication::
+  # their own or a browser, the measurements, and admission (its queues and draws
+  # wait on their clocks: four minutes of test time).
+  faults=(admission:: faults:: nemesis:: cost:: rollback:: went_back:: frozen:: failback:: replication::
     mixed_faults:: cut_off:: pressure:: transient:: alerts:: memory_alarm:: readiness::
     repair:: isolation:: console:: deploy:: dead_letters:: pipeline:: floods::)
   skips=()
