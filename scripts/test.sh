@@ -46,9 +46,10 @@ fi
 # quiet single node), not a check: it is run by hand, never here; `nemesis::` is
 # the fault benchmark of scripts/bench-nemesis.sh (minutes per seed), never here.
 # Two tests at a time, one per core (TEST_THREADS to change it): the suite is
-# mostly CPU-bound. At three and at four the first pass took 526 and 424 s
-# against 558 s, and a crowd's requests waited past actix's 5 s request-head
-# timeout (408), a cluster failover past its 30 s.
+# mostly CPU-bound: at three and at four threads, runs of the first pass took
+# 526 and 424 s against 558 s at two (noise as large as the gain), and a crowd's
+# requests waited past actix's 5 s request-head timeout (408), a cluster
+# failover past its 30 s.
 threads=(--test-threads "${TEST_THREADS:-2}")
 pass "services, the house's checks, fmt and clippy"
 cargo test --workspace --all-targets -- "${ignored[@]}" "${threads[@]}" --skip on_a_cluster_ --skip cost:: --skip nemesis::
@@ -75,10 +76,10 @@ fi
 own_redis=(rollback:: went_back:: alerts:: memory_alarm:: mixed_faults:: readiness:: cut_off::
   frozen:: replication::failover:: replication::masters:: pressure:: failback:: transient::)
 # And the modules that use no Redis of their own making, or only through the order
-# path the other modules run on the cluster: admission (Postgres alone), the HTTP
-# edge (documents, conventions, limits, floods, browsing, the console, the image's
-# role) and Postgres's own clock and indexes, dead letters (RabbitMQ).
-no_cluster=(admission:: docs:: conventions:: limits:: floods:: browse:: console:: deploy:: clock::
+# path the other modules run on the cluster: admission (Postgres, and single-shard
+# orders), the HTTP edge (documents, limits, floods, browsing, the console, the
+# image's role), the clocks and Postgres's indexes, dead letters (RabbitMQ).
+no_cluster=(admission:: docs:: limits:: floods:: browse:: console:: deploy:: clock::
   order_indexes:: dead_letters::)
 skip_own=()
 for m in "${own_redis[@]}" "${no_cluster[@]}"; do skip_own+=(--skip "$m"); done
