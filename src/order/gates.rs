@@ -273,8 +273,8 @@ impl Reserver {
                 created_ms: a.created_ms,
                 epoch: gen_of(seq),
             });
-        let older = gate.history.remember(seq, accepted);
-        self.recovery.rescue(&gate.tag, older);
+        self.recovery
+            .keep(gate.voucher, &gate.tag, &gate.history, seq, accepted);
     }
 
     /// One run of the script (and `WAIT`) with `args`: its reply, and how many

@@ -138,11 +138,9 @@ impl Recovery {
     /// behind this process's floor (it went back in time): the sale is closed here
     /// at once (orders answer 503 without Redis), and its repair asked for.
     pub fn lost(&self, voucher: i64, reason: &str) {
-        // The orders this process acknowledged on the sale's shards and perhaps no
-        // relay read: to the desk, recorded before the repair reads the intents.
-        for (tag, shard) in self.histories.of_sale(voucher) {
-            self.rescue(&tag, shard.take_log());
-        }
+        // Closed first, then the logs taken: a call in flight now whose orders reach
+        // a log after this takes it finds the sale closed and hands them over
+        // itself (`crate::order::gates`).
         if self.closed.close(voucher) {
             self.metrics.redis_repairing.set(self.closed.list().len() as i64);
             tracing::warn!(
@@ -150,6 +148,11 @@ impl Recovery {
                 reason,
                 "a shard of this sale lost state or went back in time: its orders get 503 until it is repaired"
             );
+        }
+        // The orders this process acknowledged on the sale's shards and perhaps no
+        // relay read: to the desk, recorded before the repair reads the intents.
+        for (tag, shard) in self.histories.of_sale(voucher) {
+            self.rescue(&tag, shard.take_log());
         }
         self.requests
             .lock()
@@ -198,9 +201,9 @@ impl Recovery {
         for (v, n) in &running {
             let s = states.get(v).cloned().unwrap_or_default();
             for k in 0..*n {
-                self.histories
-                    .shard(&crate::keys::shard_tag(*v, k, *n))
-                    .raise_gen(s.gen);
+                let tag = crate::keys::shard_tag(*v, k, *n).to_string();
+                let older = self.histories.shard(&tag).raise_gen(s.gen);
+                self.rescue(&tag, older);
             }
             let asked = self.requests.lock().expect("requests poisoned").contains_key(v);
             if (s.closed_since.is_some() || self.closed.is_closed(*v)) && !asked {

@@ -141,9 +141,9 @@ impl Recovery {
         let closed_ms = self.reopened(voucher, Some(gen)).await?;
         self.forget_points_before(voucher, shards, gen).await;
         for k in 0..shards {
-            self.histories
-                .shard(&crate::keys::shard_tag(voucher, k, shards))
-                .raise_gen(gen);
+            let tag = crate::keys::shard_tag(voucher, k, shards).to_string();
+            let older = self.histories.shard(&tag).raise_gen(gen);
+            self.rescue(&tag, older);
         }
         self.metrics.redis_repairs.inc();
         self.metrics.repair_closed_seconds.observe(closed_ms as f64 / 1000.0);

@@ -20,6 +20,7 @@
 //! loss is noticed, or if more orders than a gate keeps came after it on its
 //! shard: the write seen by one process and lost before anyone else saw it.
 use super::desk::Recovery;
+use super::history::ShardHistory;
 use crate::order::OrderMsg;
 use anyhow::Result;
 use std::collections::HashMap;
@@ -44,6 +45,28 @@ impl Recovery {
         }
         drop(held);
         self.wake.notify_one();
+    }
+
+    /// Keeps the orders a write at `seq` of this process acknowledged in `history`'s
+    /// log of shard `tag` of `voucher`'s sale; those of an older generation than the newest known (a
+    /// repair since) are handed over at once.
+    pub fn keep(
+        &self,
+        voucher: i64,
+        tag: &str,
+        history: &ShardHistory,
+        seq: i64,
+        orders: impl IntoIterator<Item = OrderMsg>,
+    ) {
+        let older = history.remember(seq, orders);
+        self.rescue(tag, older);
+        // The sale was closed while this call was out (a shard found lost or gone
+        // back): [`Recovery::lost`] took the logs already, perhaps before these
+        // orders were in; they must not wait in the log for a next call on the
+        // shard, which a sold-out or ended sale never makes.
+        if self.closed.is_closed(voucher) {
+            self.rescue(tag, history.take_log());
+        }
     }
 
     /// How many orders wait to be settled.

@@ -33,29 +33,54 @@ pub struct ShardHistory {
     /// history (see [`record`]).
     side: tokio::sync::Mutex<()>,
     /// The orders this process acknowledged in its latest writes of the shard, at
-    /// most [`LOG`], each with its write's sequence: should the shard be found to
-    /// have gone back in time, they go to the recovery desk
-    /// (`crate::recovery::rescue`).
-    log: Mutex<std::collections::VecDeque<(i64, crate::order::OrderMsg)>>,
+    /// most [`LOG`]: should the shard be found to have gone back in time, they go
+    /// to the recovery desk (`crate::recovery::rescue`).
+    log: Mutex<Log>,
+}
+
+/// A shard's log: orders of one generation only, the newest this process knows
+/// of; those of an older one are handed out as soon as a newer one is known (a
+/// repair since their write: perhaps it did not count them).
+#[derive(Default)]
+struct Log {
+    gen: i64,
+    orders: std::collections::VecDeque<crate::order::OrderMsg>,
+}
+
+impl Log {
+    /// Moves the log to generation `gen` (if newer): the orders of the older one, out.
+    fn move_to_gen(&mut self, gen: i64) -> Vec<crate::order::OrderMsg> {
+        if gen <= self.gen {
+            return Vec::new();
+        }
+        self.gen = gen;
+        self.orders.drain(..).collect()
+    }
 }
 
 impl ShardHistory {
     /// Keeps the orders a write at `seq` of this process admitted and
-    /// acknowledged. Returns those of an older generation than `seq`'s (a repair
-    /// since): perhaps the repair did not count them, the recovery desk finds out.
+    /// acknowledged. Returns the orders of a generation older than the newest this
+    /// shard knows of (a repair since their write: perhaps it did not count them,
+    /// the recovery desk finds out): the log's earlier ones when `seq` is of a
+    /// newer generation, these themselves when their call came back after a
+    /// repair this process already knows of.
     pub fn remember(
         &self,
         seq: i64,
         orders: impl IntoIterator<Item = crate::order::OrderMsg>,
     ) -> Vec<crate::order::OrderMsg> {
+        let known = self.head().map_or(0, |p| p.gen());
+        let gen = gen_of(seq);
         let mut log = self.log.lock().expect("log poisoned");
-        let older = match log.front() {
-            Some((s, _)) if gen_of(*s) < gen_of(seq) => log.drain(..).map(|(_, o)| o).collect(),
-            _ => Vec::new(),
-        };
-        log.extend(orders.into_iter().map(|o| (seq, o)));
-        while log.len() > LOG {
-            log.pop_front();
+        let mut older = log.move_to_gen(gen.max(known));
+        if gen < log.gen {
+            older.extend(orders);
+            return older;
+        }
+        log.orders.extend(orders);
+        while log.orders.len() > LOG {
+            log.orders.pop_front();
         }
         older
     }
@@ -63,12 +88,12 @@ impl ShardHistory {
     /// Takes every order of the log (its shard is found gone back in time, or
     /// closed for a repair).
     pub fn take_log(&self) -> Vec<crate::order::OrderMsg> {
-        self.log
-            .lock()
-            .expect("log poisoned")
-            .drain(..)
-            .map(|(_, o)| o)
-            .collect()
+        self.log.lock().expect("log poisoned").orders.drain(..).collect()
+    }
+
+    /// How many orders the log holds.
+    pub fn logged(&self) -> usize {
+        self.log.lock().expect("log poisoned").orders.len()
     }
 
     /// The points a call passes now: the head and those not checked yet.
@@ -133,13 +158,19 @@ impl ShardHistory {
     }
 
     /// The sale is at generation `gen` (Postgres says): points of older
-    /// generations are moot.
-    pub fn raise_gen(&self, gen: i64) {
-        let mut s = self.seen.lock().expect("history poisoned");
-        if s.head.is_none_or(|h| h.gen() < gen) {
-            s.head = Some(Point::gen_start(gen));
+    /// generations are moot. Returns the log's orders of an older generation (a
+    /// call that came back with them when no later call followed): they go to the
+    /// recovery desk, as [`ShardHistory::remember`]'s.
+    #[must_use = "the orders returned go to the recovery desk"]
+    pub fn raise_gen(&self, gen: i64) -> Vec<crate::order::OrderMsg> {
+        {
+            let mut s = self.seen.lock().expect("history poisoned");
+            if s.head.is_none_or(|h| h.gen() < gen) {
+                s.head = Some(Point::gen_start(gen));
+            }
+            s.unchecked.retain(|p| p.gen() >= gen);
         }
-        s.unchecked.retain(|p| p.gen() >= gen);
+        self.log.lock().expect("log poisoned").move_to_gen(gen)
     }
 
     /// The head (None before any call or point).

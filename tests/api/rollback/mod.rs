@@ -72,6 +72,7 @@ async fn numbers(app: &TestApp, tenant: i64, count: i64) -> Option<Vec<String>> 
 }
 
 mod counters;
+mod in_flight;
 pub(crate) mod named;
 mod postgres_back;
 mod restores;

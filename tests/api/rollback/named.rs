@@ -32,7 +32,7 @@ pub(crate) async fn worker(ns: &Namespace, redis: &OwnRedis) -> TestApp {
 }
 
 /// The order id of an accepted order's answer.
-fn order_id(body: &serde_json::Value) -> i64 {
+pub(super) fn order_id(body: &serde_json::Value) -> i64 {
     body["order_id"].as_str().expect("an order id").parse().unwrap()
 }
 
@@ -79,7 +79,7 @@ async fn again_after_repair(app: &TestApp, v: i64, user: i64) -> (StatusCode, se
 
 /// What every case ends with: shopper X holds exactly order `x`, stored
 /// `created`; every order of `others` is stored; nothing is `failed`.
-async fn settled(app: &TestApp, v: i64, x: i64, others: &[i64]) {
+pub(super) async fn settled(app: &TestApp, v: i64, x: i64, others: &[i64]) {
     let (status, body) = again_after_repair(app, v, 1).await;
     assert_eq!(
         (status, code(&body)),
