@@ -139,6 +139,9 @@ impl Application {
     /// hands back what is held (unacked messages return to the queue); what is
     /// still running at the deadline is aborted before the pools close.
     pub async fn shutdown(self) {
+        // Held long polls answer now, with the status as it is: the server's
+        // graceful stop waits for requests in flight.
+        self.state.ordering.lookup.board.closing.cancel();
         if let Some((handle, join)) = self.server {
             handle.stop(true).await;
             let _ = join.await;

@@ -63,7 +63,8 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
     let placer = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
-    let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer);
+    let board = Arc::new(crate::order::status::Board::new(settings.http.max_held_waits));
+    let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer, board);
     let sales = sales_of(&c, &recovery, &cache);
     let state = Arc::new(AppState {
         sales,

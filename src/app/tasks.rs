@@ -57,16 +57,14 @@ fn spawn_followers(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
     if mode.serves_http() {
         // Pauses reach this instance's order handler within a second even if their
         // event is lost.
+        let (cache, pg) = (state.handles.cache.clone(), state.handles.background_pg.clone());
+        tasks.spawn("voucher pauses", cache::watch_pauses(cache, pg.clone(), stop.clone()));
+        // Owners' answers kept until Postgres announces their order's change.
+        let board = state.ordering.lookup.board.clone();
         tasks.spawn(
-            "voucher pauses",
-            cache::watch_pauses(
-                state.handles.cache.clone(),
-                state.handles.background_pg.clone(),
-                stop.clone(),
-            ),
+            "status board",
+            crate::order::status::listen::follow(board, pg, stop.clone()),
         );
-    }
-    if mode.serves_http() {
         tasks.spawn(
             "idempotency keys",
             crate::http::idempotency::sweep(state.handles.background_pg.clone(), stop.clone()),

@@ -51,6 +51,10 @@ pub struct Http {
     /// Largest accepted request body in bytes.
     pub body_limit: usize,
     pub max_in_flight: usize,
+    /// Long polls (`GET /api/v1/orders/{id}?wait=`) held at once per instance
+    /// (`SECKILL_MAX_HELD_WAITS`); past it they answer 503. They are not counted in
+    /// `max_in_flight`.
+    pub max_held_waits: usize,
     /// Proxies whose `X-Forwarded-For` names the client (`SECKILL_TRUSTED_PROXIES`,
     /// addresses or networks, comma-separated; none by default: the TCP peer is
     /// the client). The per-address limit and a sale's per-address cap count the

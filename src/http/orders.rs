@@ -115,36 +115,96 @@ fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused
         })
 }
 
+/// The most seconds a long poll may wait.
+pub const MAX_WAIT_SECS: u64 = 30;
+
+/// `?wait=SECONDS` of an order's lookup.
+#[derive(serde::Deserialize)]
+pub struct WaitQuery {
+    wait: Option<u64>,
+}
+
 #[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])),
-    params(("order_id" = i64, Path, minimum = 1, description = "order id")),
-    responses((status = 200, description = "the order (its owner's, or any for an admin)", body = Order),
-        BadRequest, Unauthorized, OrderNotFound, RateLimited, Unavailable))]
+    params(("order_id" = i64, Path, minimum = 1, description = "order id"),
+        ("wait" = Option<u64>, Query, minimum = 0, maximum = 30, description = "long poll: hold the request \
+            until the order's status changes, for at most this many seconds (then the status as it is)")),
+    responses((status = 200, description = "the order (its owner's, or any for an admin); a `pending` one with \
+            `Retry-After`, the seconds to wait before asking again", body = Order,
+            headers(("Retry-After" = Option<u64>, description = "seconds, on a pending order"))),
+        BadRequest, Unauthorized, OrderNotFound, RateLimited,
+        (status = 503, body = ErrorBody, headers(("Retry-After" = u64, description = "seconds")),
+            description = "unavailable: the order's sale is being repaired, a dependency is down, or (with \
+                `wait`) this instance holds as many long polls as it may (SECKILL_MAX_HELD_WAITS)")))]
 #[tracing::instrument(skip_all, fields(order_id = %path))]
 pub async fn get(
     state: web::Data<AppState>,
     caller: Caller,
     path: web::Path<String>,
-) -> Result<web::Json<Order>, ApiError> {
+    query: web::Query<WaitQuery>,
+) -> Result<HttpResponse, ApiError> {
     let order_id = path_order_id(&path)?;
+    let wait = query.wait.unwrap_or(0);
+    if wait > MAX_WAIT_SECS {
+        return Err(ApiError::validation("wait", format!("at most {MAX_WAIT_SECS} seconds")));
+    }
+    if wait == 0 {
+        return look_up(&state, &caller, order_id).await.map(answer);
+    }
+    let board = &state.ordering.lookup.board;
+    let Ok(_held) = board.held.clone().try_acquire_owned() else {
+        return Err(ApiError::unavailable(
+            "this instance holds as many long polls as it may: poll without `wait`, or retry shortly",
+            1,
+        ));
+    };
+    let waiter = crate::order::status::waits::Waiter::new(board, order_id.get());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let mut first: Option<String> = None;
+    loop {
+        // Armed before the look: a change announced after it wakes the wait below.
+        let mut armed = std::pin::pin!(waiter.notified());
+        armed.as_mut().enable();
+        let now = look_up(&state, &caller, order_id).await?;
+        let status = first.get_or_insert_with(|| now.status.clone());
+        if *status != now.status || tokio::time::Instant::now() >= deadline || board.closing.is_cancelled() {
+            return Ok(answer(now));
+        }
+        waiter.wait(armed, deadline).await;
+    }
+}
+
+/// The order as its caller may see it: their own, or any for an admin.
+async fn look_up(state: &AppState, caller: &Caller, order_id: crate::id::OrderId) -> Result<Order, ApiError> {
     let owner = (!caller.is_admin()).then_some(caller.user());
-    match state.ordering.lookup.find(order_id, owner).await? {
+    match state.ordering.lookup.find_as(order_id, owner).await? {
         // Someone else's order looks exactly like a missing one.
-        Some(o) if o.user_id == caller.user() || caller.is_admin() => Ok(web::Json(o)),
+        Some(o) if o.user_id == caller.user() || caller.is_admin() => Ok(o),
         _ => Err(not_found()),
     }
 }
 
+/// An order's answer; a pending one tells plain pollers when to ask again.
+fn answer(o: Order) -> HttpResponse {
+    let mut resp = HttpResponse::Ok();
+    if o.status == "pending" {
+        resp.insert_header((header::RETRY_AFTER, "1"));
+    }
+    resp.json(o)
+}
+
 #[utoipa::path(get, path = "/api/v1/vouchers/{id}/orders/mine", tag = "orders", security(("bearer" = [])),
     params(("id" = i64, Path, minimum = 1, description = "voucher id")),
-    responses((status = 200, description = "the caller's order for the voucher", body = Order),
+    responses((status = 200, description = "the caller's order for the voucher; a `pending` one with \
+            `Retry-After`", body = Order,
+            headers(("Retry-After" = Option<u64>, description = "seconds, on a pending order"))),
         BadRequest, Unauthorized, Forbidden, OrderNotFound, RateLimited, Unavailable))]
 #[tracing::instrument(skip_all, fields(voucher_id = %path))]
 pub async fn mine(
     state: web::Data<AppState>,
     Shopper(caller): Shopper,
     path: web::Path<String>,
-) -> Result<web::Json<Order>, ApiError> {
+) -> Result<HttpResponse, ApiError> {
     let voucher_id = path_id(&path)?;
-    let order = state.ordering.lookup.mine(voucher_id, caller.user()).await?;
-    order.map(web::Json).ok_or_else(not_found)
+    let order = state.ordering.lookup.mine_as(voucher_id, caller.user()).await?;
+    order.map(answer).ok_or_else(not_found)
 }

@@ -254,6 +254,14 @@ async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>
         }
         return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
     }
+    // A long poll is held by a bound of its own (`SECKILL_MAX_HELD_WAITS`, in its
+    // handler): held, it costs memory, not the crowd's in-flight slots.
+    if long_poll(&req) {
+        if let Err(e) = adm.check_ip(adm.client(&req)) {
+            return (Ok(req.error_response(e).map_into_boxed_body()), false);
+        }
+        return (next.call(req).await.map(|r| r.map_into_boxed_body()), true);
+    }
     let now = adm.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
     let _guard = InFlight(&adm.in_flight);
     if adm.max_in_flight > 0 && now > adm.max_in_flight {
@@ -264,6 +272,17 @@ async fn admit_inner(req: ServiceRequest, next: Next<impl MessageBody + 'static>
         return (Ok(req.error_response(e).map_into_boxed_body()), false);
     }
     (next.call(req).await.map(|r| r.map_into_boxed_body()), true)
+}
+
+/// `GET /api/v1/orders/{id}?wait=N` with N above 0 (a long poll).
+fn long_poll(req: &ServiceRequest) -> bool {
+    req.method() == actix_web::http::Method::GET
+        && req.path().starts_with("/api/v1/orders/")
+        && req
+            .query_string()
+            .split('&')
+            .filter_map(|kv| kv.strip_prefix("wait="))
+            .any(|n| n.parse::<u64>().is_ok_and(|n| n > 0))
 }
 
 #[cfg(test)]

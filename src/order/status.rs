@@ -58,6 +58,9 @@ pub struct Lookup {
     pub cache: Arc<VoucherCache>,
     /// Where a shard found without its stock is reported (its repair asked for).
     pub recovery: Arc<crate::recovery::Recovery>,
+    /// The answers given to owners, kept until their order changes, and the long
+    /// polls ([`board`]).
+    pub board: Arc<Board>,
 }
 
 impl Lookup {
@@ -272,7 +275,12 @@ fn parse_mark(v: &str) -> Option<(i64, i64)> {
     }
 }
 
+pub mod board;
+mod cached;
+pub mod listen;
 mod reads;
+pub mod waits;
+pub use board::Board;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ pub(super) fn ordering_of(
     recovery: &Arc<crate::recovery::Recovery>,
     placer: crate::order::place::OrderPlacer,
     user_serializer: crate::locks::user::UserSerializer,
+    board: Arc<crate::order::status::Board>,
 ) -> Ordering {
     Ordering {
         placer,
@@ -22,6 +23,7 @@ pub(super) fn ordering_of(
             keys: c.keys.clone(),
             cache: cache.clone(),
             recovery: recovery.clone(),
+            board,
         },
         lifecycle: crate::order::lifecycle::Lifecycle {
             pg: c.pg.clone(),

@@ -90,5 +90,6 @@ async fn voucher_without_an_event(app: &TestApp) -> i64 {
 
 mod crowd_and_window;
 mod marks;
+mod polls;
 mod shared_ids;
 mod sold_out_flag;
