@@ -9,6 +9,7 @@
 #   scripts/bench-cost.sh sale  [--orders 1000000]
 #   scripts/bench-cost.sh refuse [--orders 100000]
 #   scripts/bench-cost.sh floor   (GET /health/live: the API's CPU per request)
+#   scripts/bench-cost.sh polls [--orders 20000] [--pending]   (owners polling, against /health/live)
 #   ... [--env SECKILL_X=Y]   (passed to the seckill processes)
 #   ... --bin BEFORE --bin AFTER --runs 4   (the binaries take turns; medians and ratios)
 set -euo pipefail

@@ -22,6 +22,12 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
   floor  the HTTP floor: wrk on GET /health/live (no token, no Redis, no Postgres)
          for 5 s; the seckill process's CPU per answered request. What every order
          request costs the API process before any of its own work.
+  polls  owners polling: ORDERS orders placed (stored by the worker, or, with
+         --pending, left pending: `seckill serve` alone), then wrk for 5 s on
+         each of GET /api/v1/orders/{id} and GET .../orders/mine, every owner in
+         turn with their own token (bench/polls.lua), and on GET /health/live:
+         polls per second (and as a share of /health/live's) and CPU per poll of
+         each process.
 
 With --bin given twice or more (--bin BEFORE --bin AFTER --runs 4), the binaries
 take turns, A B then B A, and a table of each one's medians and their ratios to the
@@ -201,6 +207,72 @@ def run_floor(args, env):
         dep.stop()
 
 
+def poll_wrk(dep, pairs, conns, secs=5):
+    """wrk on the lines of `pairs` ("token\tpath") for `secs`: requests, statuses, p99."""
+    env = dict(os.environ, PAIRS=pairs, THREADS="2")
+    out = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{secs}s", "--latency", "-s",
+                          os.path.join(ROOT, "bench/polls.lua"), dep.url], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    statuses = {int(a): int(b) for a, b in re.findall(r"status (\d+): (\d+)", out)}
+    p99 = float(re.search(r"p99_ms (\S+)", out).group(1))
+    return sum(statuses.values()), statuses, p99
+
+
+def run_polls(args, env):
+    """Owners polling their orders, stored (or pending, --pending), against the floor."""
+    dep = Deployment("p", env)
+    try:
+        dep.start("serve" if args.pending else "all")
+        dep.wait_ready()
+        voucher = dep.voucher(args.orders * 10)
+        base = user_base()
+        tokens = f"/tmp/bench-cost-{dep.ns}.tokens"
+        mint(dep, base, args.orders, tokens)
+        wrk(dep, voucher, tokens, args.connections)
+        accepted = dep.accepted()
+        if args.pending:
+            marks = redis_cli("HGETALL", f"{dep.ns}:{{v{voucher}}}:buyers").split()
+            ids = {int(u): int(m.split(":")[0]) for u, m in zip(marks[::2], marks[1::2])}
+        else:
+            wait_persisted(dep, voucher, accepted)
+            rows = psql(dep.db, f"SELECT user_id, id FROM voucher_orders WHERE voucher_id = {voucher}").split()
+            ids = dict(tuple(map(int, r.split("|"))) for r in rows)
+        toks = open(tokens).read().split()
+        by_id, mine = f"{tokens}.id", f"{tokens}.mine"
+        with open(by_id, "w") as a, open(mine, "w") as b:
+            for user, order in ids.items():
+                token = toks[user - base]
+                a.write(f"{token}\t/api/v1/orders/{order}\n")
+                b.write(f"{token}\t/api/v1/vouchers/{voucher}/orders/mine\n")
+        kind = "pending" if args.pending else "stored"
+        print(f"\n## polls: {len(ids)} {kind} orders, wrk -t2 -c{args.connections} -d5s each")
+        figures = {}
+        time.sleep(1)
+        cpu = Cpu([dep.procs["serve" if args.pending else "all"].pid])
+        for name, path in (("floor", None), ("by id", by_id), ("mine", mine)):
+            before = cpu.snapshot()
+            if path is None:
+                out = subprocess.run(["wrk", "-t2", f"-c{args.connections}", "-d5s", "--latency", dep.url + "/health/live"],
+                                     capture_output=True, text=True, check=True).stdout
+                n, statuses, p99 = int(re.search(r"(\d+) requests in", out).group(1)), {}, 0.0
+            else:
+                n, statuses, p99 = poll_wrk(dep, path, args.connections)
+            used = {k: v - before[k] for k, v in cpu.snapshot().items()}
+            print(f"\n{name}: {n / 5:.0f}/s; statuses {statuses}; p99 {p99:.2f} ms")
+            f = report_cpu("", used, n, per="answered request")
+            figures[f"{name} per s"] = n / 5
+            figures[f"{name} server µs"] = f["server total µs"]
+            figures[f"{name} postgres µs"] = f["postgres µs"]
+        for name in ("by id", "mine"):
+            figures[f"{name} / floor"] = figures[f"{name} per s"] / figures["floor per s"]
+            print(f"{name}: {figures[f'{name} / floor']:.2f} × /health/live")
+        for f in (tokens, by_id, mine):
+            os.unlink(f)
+        return figures
+    finally:
+        dep.stop()
+
+
 def run_sale(args, env):
     dep = Deployment("s", env)
     try:
@@ -235,7 +307,8 @@ def run_sale(args, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse", "floor"])
+    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse", "floor", "polls"])
+    ap.add_argument("--pending", action="store_true", help="polls: orders left pending (no worker)")
     ap.add_argument("--orders", type=int, default=100_000)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--runs", type=int, default=1)
@@ -248,7 +321,7 @@ def main():
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
     run = {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse,
-           "floor": run_floor}[args.what]
+           "floor": run_floor, "polls": run_polls}[args.what]
     bins = [os.path.abspath(b) for b in args.bin] or [bench_env.BIN]
     results = {b: [] for b in bins}
     for r in range(args.runs):

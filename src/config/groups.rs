@@ -44,6 +44,7 @@ impl Http {
             trusted_proxies: proxies(var("SECKILL_TRUSTED_PROXIES").as_deref())?,
             max_in_flight: num(var, "SECKILL_MAX_IN_FLIGHT", 4096, 0, 10_000_000)? as usize,
             max_held_waits: num(var, "SECKILL_MAX_HELD_WAITS", 10_000, 0, 1_000_000)? as usize,
+            max_wait_secs: num(var, "SECKILL_MAX_WAIT_SECS", 30, 1, 30)? as u32,
             body_limit: num(var, "SECKILL_BODY_LIMIT_BYTES", 64 * 1024, 256, 16 << 20)? as usize,
             metrics_render_every: millis(var, "SECKILL_METRICS_RENDER_MS", 1000, 0, 60_000)?,
             http_workers: num(var, "SECKILL_HTTP_WORKERS", 0, 0, 1024)? as usize,

@@ -55,6 +55,10 @@ pub struct Http {
     /// (`SECKILL_MAX_HELD_WAITS`); past it they answer 503. They are not counted in
     /// `max_in_flight`.
     pub max_held_waits: usize,
+    /// The longest a long poll is held (`SECKILL_MAX_WAIT_SECS`, 1–30, default 30):
+    /// a longer `wait` (up to the contract's 30) is held this long. For a proxy
+    /// whose idle timeout is shorter.
+    pub max_wait_secs: u32,
     /// Proxies whose `X-Forwarded-For` names the client (`SECKILL_TRUSTED_PROXIES`,
     /// addresses or networks, comma-separated; none by default: the TCP peer is
     /// the client). The per-address limit and a sale's per-address cap count the

@@ -116,18 +116,18 @@ fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused
 }
 
 /// The most seconds a long poll may wait.
-pub const MAX_WAIT_SECS: u64 = 30;
+pub const MAX_WAIT_SECS: u32 = 30;
 
 /// `?wait=SECONDS` of an order's lookup.
 #[derive(serde::Deserialize)]
 pub struct WaitQuery {
-    wait: Option<u64>,
+    wait: Option<u32>,
 }
 
 #[utoipa::path(get, path = "/api/v1/orders/{order_id}", tag = "orders", security(("bearer" = [])),
     params(("order_id" = i64, Path, minimum = 1, description = "order id"),
-        ("wait" = Option<u64>, Query, minimum = 0, maximum = 30, description = "long poll: hold the request \
-            until the order's status changes, for at most this many seconds (then the status as it is)")),
+        ("wait" = Option<u32>, Query, minimum = 0, maximum = 30, description = "long poll: hold the request \
+            until the order's status changes, for at most this many seconds (or SECKILL_MAX_WAIT_SECS, if shorter), then answer the status as it is")),
     responses((status = 200, description = "the order (its owner's, or any for an admin); a `pending` one with \
             `Retry-After`, the seconds to wait before asking again", body = Order,
             headers(("Retry-After" = Option<u64>, description = "seconds, on a pending order"))),
@@ -147,6 +147,7 @@ pub async fn get(
     if wait > MAX_WAIT_SECS {
         return Err(ApiError::validation("wait", format!("at most {MAX_WAIT_SECS} seconds")));
     }
+    let wait = wait.min(state.settings.http.max_wait_secs);
     if wait == 0 {
         return look_up(&state, &caller, order_id).await.map(answer);
     }
@@ -158,7 +159,7 @@ pub async fn get(
         ));
     };
     let waiter = crate::order::status::waits::Waiter::new(board, order_id.get());
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait.into());
     let mut first: Option<String> = None;
     loop {
         // Armed before the look: a change announced after it wakes the wait below.
