@@ -1,16 +1,19 @@
 -- Every change of voucher_orders is announced on the channel `seckill_orders`
 -- when its transaction commits (NOTIFY is transactional: a rolled-back change
--- announces nothing), so that each instance's status board forgets the answers it
--- holds for those orders (src/order/status/board.rs). One notification per 80
--- rows of a statement, each row as "id,issued_id,user_id,voucher_id" (issued_id
--- empty when none), rows joined by ';': under the 8,000-byte payload limit.
+-- announces nothing), so that each instance's status board drops, or replaces,
+-- the answers it holds for those orders (src/order/status/board.rs). One
+-- notification per 25 rows of a statement, as JSON: {"op": TG_OP, "rows": [[id,
+-- issued_id, user_id, voucher_id, status, order_no, created_at, paid_at,
+-- cancelled_at], ...]} (a row as the statement left it, or as it was for a
+-- DELETE): under the 8,000-byte payload limit.
 CREATE FUNCTION seckill_orders_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     payload text;
 BEGIN
     FOR payload IN
-        SELECT string_agg(concat_ws(',', id, coalesce(issued_id::text, ''), user_id, voucher_id), ';')
-          FROM (SELECT id, issued_id, user_id, voucher_id, (row_number() OVER ()) / 80 AS part FROM changed) rows
+        SELECT json_build_object('op', TG_OP, 'rows', json_agg(json_build_array(
+                   id, issued_id, user_id, voucher_id, status, order_no, created_at, paid_at, cancelled_at)))::text
+          FROM (SELECT *, (row_number() OVER ()) / 25 AS part FROM changed) rows
          GROUP BY part
     LOOP
         PERFORM pg_notify('seckill_orders', payload);

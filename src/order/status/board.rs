@@ -4,12 +4,14 @@
 //!
 //! Every change of `voucher_orders` (a worker storing orders, pay, cancel, the
 //! payment timeout, anything else) is announced when it commits, by a trigger
-//! (`migrations/0029_order_changes.sql`) on the channel [`CHANNEL`], naming each
-//! row's ids, shopper and sale. [`follow`] listens. An answer is kept with the
-//! tick the board was at before it was read, and is served only while no
-//! announcement that names its order (or its shopper's order of the sale) came
-//! after that tick: an answer read while a change committed is not kept, one
-//! kept is dropped at the change's announcement.
+//! (`migrations/0029_order_changes.sql`) on the channel [`CHANNEL`], with each
+//! row as the change left it. [`follow`](super::listen::follow) listens. An
+//! announcement replaces the answers of its rows with what a lookup would read
+//! now (so a stored order's first poll needs no query either), and drops those it
+//! cannot stand for. An answer a lookup read is kept with the tick the board was
+//! at before the read, and is served only while no announcement that names its
+//! order (or its shopper's order of the sale) came after that tick: an answer
+//! read while a change committed is not kept.
 //!
 //! An announcement lost would leave an answer stale for good, so the board serves
 //! nothing while it cannot be sure it hears them all: before the listener is
@@ -36,7 +38,7 @@ pub const CHANNEL: &str = "seckill_orders";
 pub const PING_EVERY: Duration = Duration::from_millis(400);
 /// The most answers (and changes remembered) kept; past it the board starts again
 /// empty.
-const CAPACITY: usize = 200_000;
+const CAPACITY: usize = 100_000;
 
 /// What a lookup asked.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -74,6 +76,32 @@ impl Inner {
         }
     }
 
+    /// What a lookup would read now of the order `r` announced: its owner's answer
+    /// by its id (an order stored under its own id: one stored under a fresh id
+    /// shares the id its shopper knows with another row, which the lookup's
+    /// choice between them needs), and its shopper's order of the sale while it is
+    /// live. Kept at the announcement's tick, so the next poll needs no query.
+    fn answer(&mut self, r: &Changed, tick: u64) {
+        let Some(o) = &r.order else { return };
+        if self.answers.len() + 2 > CAPACITY {
+            return;
+        }
+        if r.issued_id.is_none() {
+            let key = Key::Id {
+                order: r.id,
+                owner: r.user,
+            };
+            self.answers.insert(key, (tick, o.clone()));
+        }
+        if ["created", "paid"].contains(&o.status.as_str()) {
+            let key = Key::Mine {
+                voucher: r.voucher,
+                user: r.user,
+            };
+            self.answers.insert(key, (tick, o.clone()));
+        }
+    }
+
     fn empty(&mut self) {
         self.epoch += 1;
         self.answers.clear();
@@ -82,37 +110,66 @@ impl Inner {
     }
 }
 
-/// One row an announcement names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One row an announcement names: its ids, shopper and sale, and (unless it was
+/// deleted) the order as the change left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Changed {
     pub id: i64,
     pub issued_id: Option<i64>,
     pub user: i64,
     pub voucher: i64,
+    pub order: Option<Order>,
 }
 
-/// The rows of an announcement's payload ("id,issued_id,user_id,voucher_id" rows
-/// joined by ';'); None for a payload of another shape (a ping).
+/// A row of an announcement: id, issued_id, user_id, voucher_id, status,
+/// order_no, created_at, paid_at, cancelled_at.
+type Row = (
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    String,
+    Option<String>,
+    chrono::DateTime<chrono::Utc>,
+    Option<chrono::DateTime<chrono::Utc>>,
+    Option<chrono::DateTime<chrono::Utc>>,
+);
+
+#[derive(serde::Deserialize)]
+struct Payload {
+    op: String,
+    rows: Vec<Row>,
+}
+
+/// The rows of an announcement's payload (see `migrations/0029_order_changes.sql`);
+/// None for a payload of another shape (a ping).
 pub fn parse(payload: &str) -> Option<Vec<Changed>> {
-    payload
-        .split(';')
-        .map(|row| {
-            let mut f = row.split(',');
-            let id = f.next()?.parse().ok()?;
-            let issued_id = match f.next()? {
-                "" => None,
-                s => Some(s.parse().ok()?),
-            };
-            let user = f.next()?.parse().ok()?;
-            let voucher = f.next()?.parse().ok()?;
-            f.next().is_none().then_some(Changed {
-                id,
-                issued_id,
-                user,
-                voucher,
-            })
-        })
-        .collect()
+    use crate::id::{OrderId, UserId, VoucherId};
+    let p: Payload = serde_json::from_str(payload).ok()?;
+    let kept = p.op != "DELETE";
+    Some(
+        p.rows
+            .into_iter()
+            .map(
+                |(id, issued_id, user, voucher, status, order_no, created_at, paid_at, cancelled_at)| Changed {
+                    id,
+                    issued_id,
+                    user,
+                    voucher,
+                    order: kept.then(|| Order {
+                        id: OrderId::new(issued_id.unwrap_or(id)),
+                        order_no,
+                        voucher_id: VoucherId::new(voucher),
+                        user_id: UserId::new(user),
+                        status,
+                        created_at,
+                        paid_at,
+                        cancelled_at,
+                    }),
+                },
+            )
+            .collect(),
+    )
 }
 
 /// The board (see the module above).
@@ -184,8 +241,8 @@ impl Board {
         inner.answers.insert(key, (t.tick, order.clone()));
     }
 
-    /// An announcement heard: what it names is forgotten, and the long polls of
-    /// those orders look again.
+    /// An announcement heard: what it names is replaced or forgotten, and the
+    /// long polls of those orders look again.
     pub fn changed(&self, rows: &[Changed]) {
         let tick = self.tick.fetch_add(1, Ordering::AcqRel) + 1;
         {
@@ -196,6 +253,7 @@ impl Board {
                     inner.ids.insert(issued, tick);
                 }
                 inner.mine.insert((r.voucher, r.user), tick);
+                inner.answer(r, tick);
             }
             if inner.ids.len() + inner.mine.len() > 2 * CAPACITY {
                 inner.empty();

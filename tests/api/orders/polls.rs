@@ -129,12 +129,12 @@ async fn a_pay_on_one_instance_is_seen_by_a_poll_on_another_within_a_second() {
     let (status, paid) = a.post(&format!("{path}/pay"), Some(&token), json!({})).await;
     assert_eq!(status, StatusCode::OK, "{paid}");
     let paid_at = Instant::now();
-    let seen = loop {
+    let (seen, answer) = loop {
         let sent = Instant::now();
         let (status, _, o) = get(&b, &path, &token).await;
         assert_eq!(status, StatusCode::OK, "{o}");
         if o["status"] == "paid" {
-            break sent;
+            break (sent, o);
         }
         assert!(
             paid_at.elapsed() < Duration::from_secs(10),
@@ -148,6 +148,10 @@ async fn a_pay_on_one_instance_is_seen_by_a_poll_on_another_within_a_second() {
         late <= Duration::from_secs(1),
         "B answered `created` {late:?} after the pay"
     );
+    // What B answers from the announcement is what a read of Postgres gives (an
+    // admin's lookup is never kept).
+    let (_, read) = a.get(&path, Some(&a.admin())).await;
+    assert_eq!(answer, read);
     b.shutdown().await;
     a.shutdown().await;
 }

@@ -21,26 +21,63 @@ fn row(id: i64) -> Changed {
         issued_id: None,
         user: 3,
         voucher: 7,
+        order: None,
     }
 }
 
 #[test]
 fn payloads_parse_and_pings_do_not() {
+    let rows = parse(
+        r#"{"op": "INSERT", "rows": [[1, null, 3, 7, "created", "SK1", "2026-12-03T12:31:17.748749+00:00", null, null],
+            [2, 1002, 4, 7, "paid", null, "2026-12-03T12:31:17+00:00", "2026-12-03T12:31:18+00:00", null]]}"#,
+    )
+    .expect("parsed");
+    assert_eq!(rows.len(), 2);
     assert_eq!(
-        parse("1,,3,7;2,1002,4,7"),
-        Some(vec![
-            row(1),
-            Changed {
-                id: 2,
-                issued_id: Some(1002),
-                user: 4,
-                voucher: 7
-            }
-        ])
+        (rows[0].id, rows[0].issued_id, rows[0].user, rows[0].voucher),
+        (1, None, 3, 7)
     );
+    let o = rows[1].order.as_ref().expect("the order as the change left it");
+    assert_eq!(
+        (o.id.get(), o.status.as_str(), o.paid_at.is_some()),
+        (1002, "paid", true)
+    );
+    let deleted =
+        parse(r#"{"op": "DELETE", "rows": [[1, null, 3, 7, "created", null, "2026-12-03T12:31:17Z", null, null]]}"#)
+            .expect("parsed");
+    assert_eq!(deleted[0].order, None, "a deleted row stands for no answer");
     assert_eq!(parse("ping abc 3"), None);
-    assert_eq!(parse("1,,3"), None);
-    assert_eq!(parse("1,,3,7,9"), None);
+    assert_eq!(parse(r#"{"op": "INSERT", "rows": [[1, null, 3]]}"#), None);
+}
+
+/// A stored order's announcement is its owner's answer at once: the first poll
+/// needs no query; one stored under a fresh id (another row shares the id its
+/// shopper knows) is only dropped, and so is a shopper's order that is not live.
+#[test]
+fn an_announced_row_is_the_next_answer() {
+    let b = live();
+    let stored = parse(
+        r#"{"op": "INSERT", "rows": [[11, null, 3, 7, "created", "SK1", "2026-12-03T12:31:17Z", null, null],
+            [12, 1012, 4, 7, "created", "SK2", "2026-12-03T12:31:17Z", null, null]]}"#,
+    )
+    .unwrap();
+    b.changed(&stored);
+    assert_eq!(b.get(&X).map(|o| o.status), Some("created".to_owned()));
+    assert!(b.get(&Key::Mine { voucher: 7, user: 3 }).is_some());
+    assert_eq!(
+        b.get(&Key::Id { order: 1012, owner: 4 }),
+        None,
+        "stored under a fresh id"
+    );
+    assert!(b.get(&Key::Mine { voucher: 7, user: 4 }).is_some());
+    let cancelled = parse(r#"{"op": "UPDATE", "rows": [[11, null, 3, 7, "cancelled", "SK1", "2026-12-03T12:31:17Z", null, "2026-12-03T12:31:19Z"]]}"#).unwrap();
+    b.changed(&cancelled);
+    assert_eq!(b.get(&X).map(|o| o.status), Some("cancelled".to_owned()));
+    assert_eq!(
+        b.get(&Key::Mine { voucher: 7, user: 3 }),
+        None,
+        "no live order: Redis may know a new one"
+    );
 }
 
 #[test]
@@ -83,6 +120,7 @@ fn an_issued_id_and_a_shoppers_order_of_a_sale_are_named_too() {
         issued_id: Some(1002),
         user: 3,
         voucher: 7,
+        order: None,
     }]);
     assert_eq!(b.get(&mine), None);
     assert_eq!(b.get(&by_issued), None);
