@@ -165,7 +165,12 @@ pub async fn get(
         // Armed before the look: a change announced after it wakes the wait below.
         let mut armed = std::pin::pin!(waiter.notified());
         armed.as_mut().enable();
-        let now = look_up(&state, &caller, order_id).await?;
+        // Woken together, long polls take turns at the lookups (the board's
+        // `looks`), not the pools all at once.
+        let now = {
+            let _turn = board.looks.acquire().await;
+            look_up(&state, &caller, order_id).await?
+        };
         let status = first.get_or_insert_with(|| now.status.clone());
         if *status != now.status || tokio::time::Instant::now() >= deadline || board.closing.is_cancelled() {
             return Ok(answer(now));

@@ -275,6 +275,7 @@ fn parse_mark(v: &str) -> Option<(i64, i64)> {
     }
 }
 
+pub mod announce;
 pub mod board;
 mod cached;
 pub mod listen;

@@ -24,11 +24,12 @@
 //!
 //! A pending answer is served from the board only while its sale is open here: a
 //! shard being repaired answers 503, as a lookup would.
+use super::announce::Changed;
 use crate::order::model::Order;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -110,68 +111,6 @@ impl Inner {
     }
 }
 
-/// One row an announcement names: its ids, shopper and sale, and (unless it was
-/// deleted) the order as the change left it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Changed {
-    pub id: i64,
-    pub issued_id: Option<i64>,
-    pub user: i64,
-    pub voucher: i64,
-    pub order: Option<Order>,
-}
-
-/// A row of an announcement: id, issued_id, user_id, voucher_id, status,
-/// order_no, created_at, paid_at, cancelled_at.
-type Row = (
-    i64,
-    Option<i64>,
-    i64,
-    i64,
-    String,
-    Option<String>,
-    chrono::DateTime<chrono::Utc>,
-    Option<chrono::DateTime<chrono::Utc>>,
-    Option<chrono::DateTime<chrono::Utc>>,
-);
-
-#[derive(serde::Deserialize)]
-struct Payload {
-    op: String,
-    rows: Vec<Row>,
-}
-
-/// The rows of an announcement's payload (see `migrations/0029_order_changes.sql`);
-/// None for a payload of another shape (a ping).
-pub fn parse(payload: &str) -> Option<Vec<Changed>> {
-    use crate::id::{OrderId, UserId, VoucherId};
-    let p: Payload = serde_json::from_str(payload).ok()?;
-    let kept = p.op != "DELETE";
-    Some(
-        p.rows
-            .into_iter()
-            .map(
-                |(id, issued_id, user, voucher, status, order_no, created_at, paid_at, cancelled_at)| Changed {
-                    id,
-                    issued_id,
-                    user,
-                    voucher,
-                    order: kept.then(|| Order {
-                        id: OrderId::new(issued_id.unwrap_or(id)),
-                        order_no,
-                        voucher_id: VoucherId::new(voucher),
-                        user_id: UserId::new(user),
-                        status,
-                        created_at,
-                        paid_at,
-                        cancelled_at,
-                    }),
-                },
-            )
-            .collect(),
-    )
-}
-
 /// The board (see the module above).
 pub struct Board {
     inner: Mutex<Inner>,
@@ -184,7 +123,22 @@ pub struct Board {
     pub held: Arc<tokio::sync::Semaphore>,
     /// Cancelled when the process stops: every held wait answers at once.
     pub closing: CancellationToken,
+    /// When the board began (what [`Board::heard`] counts from).
+    born: Instant,
+    /// When the last ping heard was sent, in ms since `born`: every change
+    /// committed before then was heard (Postgres delivers a listener's
+    /// notifications in commit order).
+    heard_ms: AtomicU64,
+    /// Lookups of long polls under way at once, at most [`LOOKS`].
+    pub looks: Arc<tokio::sync::Semaphore>,
 }
+
+/// The oldest the board may be: it serves nothing once the last ping it heard
+/// was sent longer ago.
+pub const MAX_STALE: Duration = Duration::from_millis(1000);
+/// Lookups long polls make at once (each woken poll looks once): 10,000 polls
+/// woken together queue for them instead of taking the pools.
+const LOOKS: usize = 64;
 
 impl Board {
     pub fn new(max_held: usize) -> Self {
@@ -195,13 +149,24 @@ impl Board {
             waiters: Mutex::default(),
             held: Arc::new(tokio::sync::Semaphore::new(max_held)),
             closing: CancellationToken::new(),
+            born: Instant::now(),
+            heard_ms: AtomicU64::new(0),
+            looks: Arc::new(tokio::sync::Semaphore::new(LOOKS)),
         }
     }
 
-    /// Whether the board hears every announcement now (if not it serves nothing,
-    /// and long polls look again on their own, see [`Board::wait`]).
+    /// Whether the board has heard every announcement up to at most
+    /// [`MAX_STALE`] ago (if not it serves nothing).
     pub fn is_live(&self) -> bool {
+        let now = self.born.elapsed().as_millis() as u64;
         self.live.load(Ordering::Acquire)
+            && now.saturating_sub(self.heard_ms.load(Ordering::Acquire)) <= MAX_STALE.as_millis() as u64
+    }
+
+    /// A ping sent at `sent` was heard back.
+    pub fn heard(&self, sent: Instant) {
+        let ms = sent.saturating_duration_since(self.born).as_millis() as u64;
+        self.heard_ms.fetch_max(ms, Ordering::AcqRel);
     }
 
     /// The answer kept for `key`, if it still stands.
@@ -274,8 +239,16 @@ impl Board {
     pub(super) fn set_live(&self, live: bool) {
         // Emptied before it serves: what was announced while it did not hear is unknown.
         self.inner.lock().expect("board poisoned").empty();
+        if live {
+            // Listening from now on: nothing committed after now goes unheard.
+            self.heard(Instant::now());
+        }
         self.live.store(live, Ordering::Release);
-        self.wake_all();
+        // Long polls look again once the board hears (not when it stops: each
+        // would then read Postgres at once, all together).
+        if live {
+            self.wake_all();
+        }
     }
 
     fn wake_all(&self) {

@@ -1,5 +1,5 @@
 //! A long poll's registration on the board.
-use super::board::{Board, PING_EVERY};
+use super::board::Board;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -22,28 +22,19 @@ impl Waiter {
         }
     }
 
-    /// Until something that may change the order's answer happens, `deadline`,
-    /// or the process stopping. While the board is not live, at most a
-    /// [`PING_EVERY`] (then the caller looks again). `armed` is this waiter's
-    /// notification, enabled before the caller looked.
+    /// Until something that may change the order's answer happens (an
+    /// announcement naming it, the board hearing again after a gap), `deadline`,
+    /// or the process stopping. `armed` is this waiter's notification, enabled
+    /// before the caller looked.
     pub async fn wait(
         &self,
         armed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
         deadline: tokio::time::Instant,
     ) {
-        let board = &self.board;
-        let blind = async {
-            if board.is_live() {
-                std::future::pending::<()>().await
-            } else {
-                tokio::time::sleep(PING_EVERY).await
-            }
-        };
         tokio::select! {
             _ = armed => {}
-            _ = blind => {}
             _ = tokio::time::sleep_until(deadline) => {}
-            _ = board.closing.cancelled() => {}
+            _ = self.board.closing.cancelled() => {}
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::order::status::announce::{parse, Changed};
 use crate::order::status::waits::Waiter;
 
 fn order(id: i64, status: &str) -> Order {
@@ -181,4 +182,19 @@ async fn closing_answers_every_waiter_at_once() {
     tokio::time::timeout(Duration::from_secs(5), w.wait(armed, far))
         .await
         .expect("answered at the close");
+}
+
+/// A board whose last ping heard back was sent more than [`MAX_STALE`] ago
+/// serves nothing, whatever its listener believes, until a ping is heard again.
+#[test]
+fn a_board_that_heard_no_ping_lately_serves_nothing() {
+    let b = live();
+    let t = b.ticket();
+    b.keep(t, X, &order(11, "created"));
+    assert!(b.get(&X).is_some());
+    std::thread::sleep(MAX_STALE + Duration::from_millis(100));
+    assert!(!b.is_live());
+    assert_eq!(b.get(&X), None);
+    b.heard(Instant::now());
+    assert!(b.get(&X).is_some(), "heard again: what it kept stands (no announcement was missed)");
 }
