@@ -196,5 +196,8 @@ fn a_board_that_heard_no_ping_lately_serves_nothing() {
     assert!(!b.is_live());
     assert_eq!(b.get(&X), None);
     b.heard(Instant::now());
-    assert!(b.get(&X).is_some(), "heard again: what it kept stands (no announcement was missed)");
+    assert!(
+        b.get(&X).is_some(),
+        "heard again: what it kept stands (no announcement was missed)"
+    );
 }
