@@ -10,6 +10,7 @@
 #   scripts/bench-cost.sh refuse [--orders 100000]
 #   scripts/bench-cost.sh floor   (GET /health/live: the API's CPU per request)
 #   scripts/bench-cost.sh polls [--orders 20000] [--pending]   (owners polling, against /health/live)
+#   scripts/bench-cost.sh waits [--orders 10000]   (long polls held at once: RSS, idle CPU)
 #   ... [--env SECKILL_X=Y]   (passed to the seckill processes)
 #   ... --bin BEFORE --bin AFTER --runs 4   (the binaries take turns; medians and ratios)
 set -euo pipefail
@@ -17,4 +18,6 @@ cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
 scripts/services.sh >/dev/null
 cargo build --release --quiet --bin seckill
+# `waits` holds a connection per long poll.
+ulimit -n 65536 2>/dev/null || true
 exec python3 scripts/bench_cost.py "$@"

@@ -28,6 +28,11 @@ of its own (dropped afterwards), on the local Postgres, Redis and RabbitMQ, and:
          turn with their own token (bench/polls.lua), and on GET /health/live:
          polls per second (and as a share of /health/live's) and CPU per poll of
          each process.
+  waits  ORDERS long polls held at once: ORDERS pending orders (`seckill serve`
+         alone), each owner's `GET /api/v1/orders/{id}?wait=30` held on a
+         connection of its own (wrk -c ORDERS); the API process's RSS before and
+         while they are held, its CPU over 10 s while nothing changes, then
+         `seckill worker` started: how long until every held poll answered.
 
 With --bin given twice or more (--bin BEFORE --bin AFTER --runs 4), the binaries
 take turns, A B then B A, and a table of each one's medians and their ratios to the
@@ -273,6 +278,61 @@ def run_polls(args, env):
         dep.stop()
 
 
+def vm_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def run_waits(args, env):
+    """ORDERS long polls held at once on pending orders, then their orders stored."""
+    dep = Deployment("w", env)
+    try:
+        api = dep.start("serve")
+        dep.wait_ready()
+        voucher = dep.voucher(args.orders * 10)
+        base = user_base()
+        tokens = f"/tmp/bench-cost-{dep.ns}.tokens"
+        mint(dep, base, args.orders, tokens)
+        wrk(dep, voucher, tokens, args.connections)
+        marks = redis_cli("HGETALL", f"{dep.ns}:{{v{voucher}}}:buyers").split()
+        ids = {int(u): int(m.split(":")[0]) for u, m in zip(marks[::2], marks[1::2])}
+        toks = open(tokens).read().split()
+        pairs = f"{tokens}.waits"
+        with open(pairs, "w") as f:
+            for user, order in ids.items():
+                f.write(f"{toks[user - base]}\t/api/v1/orders/{order}?wait=30\n")
+        time.sleep(1)
+        rss_before = vm_rss_mb(api.pid)
+        env_w = dict(os.environ, PAIRS=pairs, THREADS="2")
+        held = subprocess.Popen(["wrk", "-t2", f"-c{len(ids)}", "-d25s", "--timeout", "40s", "--latency", "-s",
+                                 os.path.join(ROOT, "bench/polls.lua"), dep.url], env=env_w,
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(5)
+        cpu = Cpu([api.pid])
+        before = cpu.snapshot()
+        time.sleep(10)
+        idle = {k: v - before[k] for k, v in cpu.snapshot().items()}
+        rss_held = vm_rss_mb(api.pid)
+        t0 = time.time()
+        dep.start("worker")
+        out = held.communicate()[0]
+        statuses = dict(re.findall(r"status (\d+): (\d+)", out))
+        print(f"\n## waits: {len(ids)} long polls held on pending orders (wrk -c{len(ids)})")
+        print(f"API RSS {rss_before:.1f} MB before, {rss_held:.1f} MB while they are held "
+              f"(+{rss_held - rss_before:.1f} MB)")
+        print(f"API CPU while held and nothing changes: {idle['seckill'] / HZ / 10 * 100:.2f} % of a core "
+              f"(Postgres {idle['postgres'] / HZ / 10 * 100:.2f} %, Redis {idle['redis'] / HZ / 10 * 100:.2f} %)")
+        print(f"`seckill worker` started {time.time() - t0:.1f}s before wrk's end; wrk statuses {statuses}")
+        for f in (tokens, pairs):
+            os.unlink(f)
+        return {"rss MB held": rss_held - rss_before, "idle % of a core": idle["seckill"] / HZ / 10 * 100}
+    finally:
+        dep.stop()
+
+
 def run_sale(args, env):
     dep = Deployment("s", env)
     try:
@@ -307,7 +367,7 @@ def run_sale(args, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse", "floor", "polls"])
+    ap.add_argument("what", choices=["cost", "drain", "sale", "refuse", "floor", "polls", "waits"])
     ap.add_argument("--pending", action="store_true", help="polls: orders left pending (no worker)")
     ap.add_argument("--orders", type=int, default=100_000)
     ap.add_argument("--connections", type=int, default=64)
@@ -321,7 +381,7 @@ def main():
     args = ap.parse_args()
     env = dict(e.split("=", 1) for e in args.env)
     run = {"cost": run_cost, "drain": run_drain, "sale": run_sale, "refuse": run_refuse,
-           "floor": run_floor, "polls": run_polls}[args.what]
+           "floor": run_floor, "polls": run_polls, "waits": run_waits}[args.what]
     bins = [os.path.abspath(b) for b in args.bin] or [bench_env.BIN]
     results = {b: [] for b in bins}
     for r in range(args.runs):
