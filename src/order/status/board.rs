@@ -16,11 +16,12 @@
 //! An announcement lost would leave an answer stale for good, so the board serves
 //! nothing while it cannot be sure it hears them all: before the listener is
 //! connected, after its connection drops (the board is emptied: what was
-//! announced meanwhile is unknown), and when its own ping (a notification it
-//! sends every [`PING_EVERY`]) has not come back by the next one (Postgres delivers
-//! a listener's notifications in commit order: a ping heard means every change
-//! committed before it was sent was heard). So an answer is never more than about
-//! two [`PING_EVERY`] (0.8 s) older than a change committed on any instance.
+//! announced meanwhile is unknown), and whenever the last of its pings (a
+//! notification sent every [`PING_EVERY`]) that came back was sent more than
+//! [`MAX_STALE`] ago (Postgres delivers a listener's notifications in commit
+//! order: a ping heard means every change committed before it was sent was
+//! heard). So an answer is never more than [`MAX_STALE`] (1 s) older than a change
+//! committed on any instance.
 //!
 //! A pending answer is served from the board only while its sale is open here: a
 //! shard being repaired answers 503, as a lookup would.
