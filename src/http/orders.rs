@@ -168,7 +168,12 @@ pub async fn get(
         // Woken together, long polls take turns at the lookups (the board's
         // `looks`), not the pools all at once.
         let now = {
-            let _turn = board.looks.acquire().await;
+            // At the deadline or the stop the poll looks without waiting its turn.
+            let _turn = tokio::select! {
+                turn = board.looks.acquire() => turn.ok(),
+                _ = tokio::time::sleep_until(deadline) => None,
+                _ = board.closing.cancelled() => None,
+            };
             look_up(&state, &caller, order_id).await?
         };
         let status = first.get_or_insert_with(|| now.status.clone());

@@ -78,6 +78,11 @@ async fn listen(board: &Board, pg: &PgPool, me: &str) -> anyhow::Result<()> {
                         }
                     } else if let Some(rows) = parse(payload) {
                         board.changed(&rows);
+                    } else if !payload.starts_with("ping ") {
+                        // An announcement this build cannot read (a trigger of another
+                        // version): as good as lost. The board is emptied, and serves
+                        // nothing until it hears only what it reads.
+                        anyhow::bail!("an announcement this build cannot read: {}", payload.chars().take(80).collect::<String>());
                     }
                 }
             }

@@ -3,6 +3,10 @@ use super::board::Board;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+/// How often a long poll looks again while the board does not hear every
+/// announcement (a change is then seen at most this late).
+pub const DEAF_LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// A long poll's registration (see [`Waiter::new`]).
 pub struct Waiter {
     board: Arc<Board>,
@@ -23,16 +27,26 @@ impl Waiter {
     }
 
     /// Until something that may change the order's answer happens (an
-    /// announcement naming it, the board hearing again after a gap), `deadline`,
-    /// or the process stopping. `armed` is this waiter's notification, enabled
+    /// announcement naming it, the board hearing again after a gap; while it does
+    /// not hear, [`DEAF_LOOK_EVERY`]), `deadline`, or the process stopping. `armed` is this waiter's notification, enabled
     /// before the caller looked.
     pub async fn wait(
         &self,
         armed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
         deadline: tokio::time::Instant,
     ) {
+        // While the board does not hear every announcement, the poll looks again
+        // now and then (its lookups take turns, see `Board::looks`).
+        let deaf = async {
+            if self.board.is_live() {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(DEAF_LOOK_EVERY).await
+            }
+        };
         tokio::select! {
             _ = armed => {}
+            _ = deaf => {}
             _ = tokio::time::sleep_until(deadline) => {}
             _ = self.board.closing.cancelled() => {}
         }
