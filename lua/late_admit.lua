@@ -3,7 +3,7 @@
 -- going back in time before the relay recorded its intent), or that the process
 -- which acknowledged it holds in memory after Redis lost it (src/recovery/rescue.rs),
 -- and put it back into the shard's outbox, as a new entry, for a relay to publish
--- (src/outbox/relay/read_before_repair.rs).
+-- (src/ordering/outbox/relay/read_before_repair.rs).
 --
 -- KEYS[1] stock  KEYS[2] buyers  KEYS[3] admitted  KEYS[4] returned  KEYS[5] outbox
 -- KEYS[6] seq, KEYS[7] hist: the shard's history (lua/history.lua, which this
@@ -13,7 +13,7 @@
 --         among them the sale's generation * 2^32 (a count), so that a shard the
 --         sale's last repair has not reset yet is refused
 -- ARGV[7] the name of this write
--- ARGV[8] the outbox format to write (src/outbox/format.rs; absent or 1: no `f`
+-- ARGV[8] the outbox format to write (src/ordering/outbox/format.rs; absent or 1: no `f`
 --         field, as before formats were stamped)
 --
 -- Returns {code, seq}: code 1 if the shard counts the order now (a unit and the

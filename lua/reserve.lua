@@ -10,7 +10,7 @@
 --                   accepted orders as "id,user,created_ms,id,user,created_ms,..."
 --                   `s` the shard's sequence after the call and `h` the name of its
 --                   write (lua/history.lua); from format 2 on, field `f` the format
---                   (src/outbox/format.rs)
+--                   (src/ordering/outbox/format.rs)
 -- KEYS[5] seq       the shard's sequence, KEYS[6] hist its writes' names (see
 --                   lua/history.lua, which this script follows)
 -- ARGV[1] voucher id
@@ -55,7 +55,7 @@
 -- more orders than a call may carry, is an error before any write.
 --
 -- Why a batch: the orders that reach one API process for one shard while its
--- previous call is in flight travel in the next call (see src/order/gates.rs), so
+-- previous call is in flight travel in the next call (see src/ordering/gates.rs), so
 -- Redis parses, runs and answers one call for many orders. The marks, the count,
 -- the decrement and the outbox entry are written once per call, after every order
 -- was decided: one stream entry for the call's orders costs Redis one XADD (and
@@ -67,7 +67,7 @@
 -- (order id -> shopper) cost about a fifth of Redis's CPU per order in a cost run
 -- (docs/PERFORMANCE.md) for two uses: counts, which the `admitted` counter keeps
 -- now, and an admin's lookup of an order not yet in Postgres, which scans the
--- marks now (src/order/status.rs).
+-- marks now (src/ordering/status.rs).
 local n = (#ARGV - 6) / 2
 if n ~= math.floor(n) or n > 1000 then
   return redis.error_reply('reserve.lua: a voucher id, points, a name, an outbox entry, a format and two values per order, at most 1000 orders')

@@ -29,7 +29,7 @@
 --                               append an outbox entry of `orders` ("id,user,created_ms,...",
 --                               as reserve.lua writes them) with the shard's sequence
 --                               and the write's name, in `format`
---                               (src/outbox/format.rs; absent or 1: no `f`)
+--                               (src/ordering/outbox/format.rs; absent or 1: no `f`)
 --   open  stock, group:         set the stock (re-opens the shard), make the group exist
 --
 -- Returns {1, seq} when done (seq: the sequence now, to pass to the next step), or

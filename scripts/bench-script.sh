@@ -2,7 +2,7 @@
 # The order script against one Redis core of its own: orders per second and
 # Redis CPU per order (INFO commandstats' usec_per_call / orders per call), one
 # hot sale, accepting (stock 10^9) and refusing (stock 0), for calls of 1 and of
-# 16 orders (what a shard's gate coalesces, see src/order/gates.rs).
+# 16 orders (what a shard's gate coalesces, see src/ordering/gates.rs).
 #
 #   scripts/bench-script.sh [--rev <git revision>] [--requests 200000]
 #

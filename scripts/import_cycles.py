@@ -16,7 +16,7 @@ The layout places every top-level module in one line `//! - <layer> <name>:
 `module`, ...`: layer `edge` (the process and its HTTP boundary), `area` (a
 business area, named) or `base` (what every area shares). A file imports only its
 own layer or those below it, and a file of one area imports another area only
-through that area's root module or a child the root declares `pub mod` (its
+through that area's root module or its `pub mod` children, and theirs (its
 interface), never the files behind them. Usage: import_cycles.py [SRC |
 --self-test]. Prints each circle and each wrong-way import found."""
 import os, re, sys
@@ -39,12 +39,17 @@ def self_test():
                                                   "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 1),
         "an area through another's interface": ({"a/mod.rs": "pub mod b;\n", "a/b.rs": "pub fn f() {}\n", "e.rs": "pub fn g() { crate::a::b::f() }\n",
                                                  "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 0),
+        "an area through a pub mod of a pub mod": ({"a/mod.rs": "pub mod b;\n", "a/b/mod.rs": "pub mod c;\n", "a/b/c.rs": "pub fn f() {}\n",
+                                                     "e.rs": "pub fn g() { crate::a::b::c::f() }\n", "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 0),
+        "an area through a private child of a pub mod": ({"a/mod.rs": "pub mod b;\n", "a/b/mod.rs": "mod c;\n", "a/b/c.rs": "pub fn f() {}\n",
+                                                         "e.rs": "pub fn g() { crate::a::b::c::f() }\n", "lib.rs": LIB + "pub mod e;\n//! - area two: `e`\n"}, 1),
     }
     for name, (tree, want) in cases.items():
         with tempfile.TemporaryDirectory() as d:
             os.makedirs(os.path.join(d, "a"))
             tree = {"lib.rs": LIB, "a/c.rs": "pub struct Y;\n", "d.rs": "pub fn g() {}\n", **tree}
             for path, text in tree.items():
+                os.makedirs(os.path.dirname(os.path.join(d, path)), exist_ok=True)
                 with open(os.path.join(d, path), "w") as f:
                     f.write(text)
             got = subprocess.run([sys.executable, __file__, d], capture_output=True).returncode
@@ -167,10 +172,16 @@ problems = [f"module `{d}` is not placed in the layout of src/lib.rs" for d in s
 problems += [f"the layout of src/lib.rs names `{d}`, which lib.rs does not declare" for d in sorted(set(layer) - declared)]
 
 def interface(root):
-    """An area's interface: its root module and the children the root declares `pub`."""
-    p = files.get((root,))
-    kids = set(re.findall(r"^pub mod ([a-z_][a-z0-9_]*)\s*;", open(p).read(), re.M)) if p else set()
-    return {(root,)} | {(root, k) for k in kids}
+    """An area's interface: its root module, the children the root declares `pub`,
+    and theirs in turn (a `pub mod` of a `pub mod`)."""
+    found, todo = set(), [(root,)]
+    while todo:
+        m = todo.pop()
+        found.add(m)
+        p = files.get(m)
+        kids = set(re.findall(r"^pub mod ([a-z_][a-z0-9_]*)\s*;", open(p).read(), re.M)) if p else set()
+        todo += [m + (k,) for k in kids if m + (k,) not in found]
+    return found
 
 for mod in sorted(edges):
     for target in sorted(edges[mod]):

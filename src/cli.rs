@@ -170,7 +170,7 @@ fn mint_tokens(user: i64, role: Option<RoleArg>, ttl_secs: u64, count: u32) -> R
 
 /// `seckill outbox-formats`.
 async fn outbox_formats(pg: &sqlx::PgPool, action: FormatAction) -> Result<()> {
-    use crate::outbox::format;
+    use crate::ordering::outbox::format;
     match action {
         FormatAction::List => {
             let (writes, by, procs) = format::list(pg).await?;

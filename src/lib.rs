@@ -1,20 +1,20 @@
 //! seckill: a flash-sale voucher ordering backend.
 //!
 //! The order path, top to bottom:
-//! - [`order::place`]: the handler checks the sale window from the in-process
+//! - [`ordering::place`]: the handler checks the sale window from the in-process
 //!   [`sales::cache`], then runs one Lua script (`lua/reserve.lua`) that takes stock,
 //!   marks the shopper and appends the order to the voucher's outbox stream atomically
-//!   (one call for every order waiting for the same shard: [`order::gates`]);
-//! - [`outbox`]: the relay moves outbox entries to RabbitMQ with publisher confirms,
+//!   (one call for every order waiting for the same shard: [`ordering::gates`]);
+//! - [`ordering::outbox`]: the relay moves outbox entries to RabbitMQ with publisher confirms,
 //!   a batch of orders per message, and acknowledges in Redis only what was confirmed;
-//! - [`worker`]: consumes those messages and writes orders and stock decrements to
+//! - [`ordering::worker`]: consumes those messages and writes orders and stock decrements to
 //!   Postgres in one transaction per batch, idempotently.
 //!
 //! # Layout
 //!
 //! Three layers. A file imports from its own layer and the ones below it, never up;
 //! a file of one business area uses another area only through that area's root
-//! module or a child the root declares `pub mod` (its interface), never the files
+//! module or its `pub mod` children, and theirs (its interface), never the files
 //! behind them; and no files import each other in a circle, a re-export counting
 //! as an import. `scripts/import_cycles.py` (run by the test command) reads the
 //! lines below and fails on any of the three. Each area owns its Postgres tables:
@@ -34,7 +34,7 @@
 //! The business areas:
 //! - area sales: `sales`: vouchers, their window, stock and shards, top-ups,
 //!   pauses, the in-process cache the order path reads, the books.
-//! - area ordering: `order`, `outbox`, `worker`: placing an order (one script in
+//! - area ordering: `ordering`: placing an order (one script in
 //!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
 //!   orders in Postgres, and an order's life after (status, pay, cancel, timeout).
 //! - area admission: `admission`: fair admission: a sale's waiting room or raffle,
@@ -68,12 +68,10 @@ pub mod keys;
 pub mod locks;
 pub mod metrics;
 pub mod numbers;
-pub mod order;
-pub mod outbox;
+pub mod ordering;
 pub mod recovery;
 pub mod redis_conn;
 pub mod sales;
 pub mod supervise;
 pub mod telemetry;
 pub mod validate;
-pub mod worker;

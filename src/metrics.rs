@@ -28,7 +28,7 @@ pub struct Metrics {
     /// Orders per call of the order script (coalesced per shard).
     pub reserve_batch: Histogram,
     pub outbox_backlog: IntGauge,
-    /// The outbox format this process writes now (`crate::outbox::format`).
+    /// The outbox format this process writes now (`crate::ordering::outbox::format`).
     pub outbox_format_written: IntGauge,
     pub relay_lag_seconds: Histogram,
     pub relay_published: IntCounter,

@@ -227,7 +227,7 @@ where
         "SELECT count(*) FROM queue_places q
           WHERE q.voucher_id = $1 AND q.place > $2 AND q.place <= $3
             AND {LIVE_ORDER}",
-        LIVE_ORDER = crate::order::stored::LIVE_ORDER_OF_PLACE
+        LIVE_ORDER = crate::ordering::stored::LIVE_ORDER_OF_PLACE
     ))
     .bind(voucher)
     .bind(ended)

@@ -98,6 +98,6 @@ async fn outbox_backlog(state: &AppState) -> Option<i64> {
         .filter(|(_, f)| f.begin_at <= now && f.end_at > since)
         .map(|(id, f)| (id, f.shards()))
         .collect();
-    let backlog = crate::outbox::backlog(&state.handles.redis, &state.handles.keys, sales);
+    let backlog = crate::ordering::outbox::backlog(&state.handles.redis, &state.handles.keys, sales);
     tokio::time::timeout(CHECK_TIMEOUT, backlog).await.ok()?.ok()
 }

@@ -63,7 +63,7 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
     let placer = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
-    let board = Arc::new(crate::order::status::Board::new(settings.http.max_held_waits));
+    let board = Arc::new(crate::ordering::status::Board::new(settings.http.max_held_waits));
     let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer, board);
     let sales = sales_of(&c, &recovery, &cache);
     let state = Arc::new(AppState {
@@ -152,8 +152,8 @@ async fn announced_formats(
     mode: Mode,
     c: &Clients,
     instance: &str,
-) -> Result<Arc<crate::outbox::format::Formats>> {
-    let formats = Arc::new(crate::outbox::format::Formats::new(
+) -> Result<Arc<crate::ordering::outbox::format::Formats>> {
+    let formats = Arc::new(crate::ordering::outbox::format::Formats::new(
         c.background_pg.clone(),
         instance.to_owned(),
         mode.name(),
@@ -164,7 +164,7 @@ async fn announced_formats(
     // (refused, and the process stops, if writers are past them).
     match tokio::time::timeout(Duration::from_secs(10), formats.register()).await {
         Ok(Ok(())) => {}
-        Ok(Err(refused @ crate::outbox::format::Refused::TooOld { .. })) => return Err(refused.into()),
+        Ok(Err(refused @ crate::ordering::outbox::format::Refused::TooOld { .. })) => return Err(refused.into()),
         Ok(Err(e)) => {
             tracing::warn!(error = %format!("{e:#}"), "outbox formats not announced yet; relaying waits, retrying in the background")
         }
@@ -180,7 +180,7 @@ async fn announced_formats(
 async fn refreshed_recovery(
     c: &Clients,
     cache: &Arc<VoucherCache>,
-    formats: Arc<crate::outbox::format::Formats>,
+    formats: Arc<crate::ordering::outbox::format::Formats>,
     settings: &Settings,
 ) -> Arc<crate::recovery::Recovery> {
     let (lease, pipeline) = (settings.guards.repair_lease, &settings.pipeline);
@@ -248,18 +248,18 @@ fn order_placer(
     recovery: &Arc<crate::recovery::Recovery>,
     clock_skew: &Arc<crate::clock_skew::ClockSkew>,
     opts: &Options,
-) -> crate::order::place::OrderPlacer {
-    let replication = crate::order::replication::Replication::new(
+) -> crate::ordering::place::OrderPlacer {
+    let replication = crate::ordering::replication::Replication::new(
         &c.redis,
         settings.pipeline.redis_wait_replicas,
         settings.pipeline.redis_wait_timeout,
         settings.services.dependency_timeout,
     );
-    crate::order::place::OrderPlacer {
+    crate::ordering::place::OrderPlacer {
         cache: cache.clone(),
         ids: ids.clone(),
         redis: c.redis.clone(),
-        reserver: Arc::new(crate::order::gates::Reserver::new(
+        reserver: Arc::new(crate::ordering::gates::Reserver::new(
             c.keys.clone(),
             replication.clone(),
             c.metrics.clone(),

@@ -4,9 +4,9 @@
 use super::mode::{Mode, Options};
 use crate::http::state::AppState;
 use crate::numbers::Sequences;
-use crate::outbox::relay::Relay;
+use crate::ordering::outbox::relay::Relay;
+use crate::ordering::worker::Worker;
 use crate::sales::cache;
-use crate::worker::Worker;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -63,7 +63,7 @@ fn spawn_followers(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
         let board = state.ordering.lookup.board.clone();
         tasks.spawn(
             "status board",
-            crate::order::status::listen::follow(board, pg, stop.clone()),
+            crate::ordering::status::listen::follow(board, pg, stop.clone()),
         );
         tasks.spawn(
             "idempotency keys",
@@ -135,7 +135,7 @@ fn spawn_admission(tasks: &mut Tasks, state: &Arc<AppState>, mode: Mode, stop: &
 /// The relay from the outboxes to RabbitMQ, built now and run as a task.
 fn spawn_relay(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToken) {
     let relay = Relay::new(
-        crate::outbox::relay::Ends {
+        crate::ordering::outbox::relay::Ends {
             redis: state.handles.redis.clone(),
             broker: state.handles.broker.clone(),
             pg: state.handles.background_pg.clone(),
@@ -154,7 +154,7 @@ fn spawn_relay(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationToke
 /// The worker of this process, built (not started yet).
 fn worker(state: &Arc<AppState>, background_sequences: &Sequences) -> Arc<Worker> {
     Arc::new(Worker::new(
-        crate::worker::persist::Ctx {
+        crate::ordering::worker::persist::Ctx {
             pg: state.handles.background_pg.clone(),
             sequences: background_sequences.clone(),
             keys: state.handles.keys.clone(),
@@ -214,7 +214,7 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
     if replication.replicas > 0 {
         tasks.spawn(
             "replica watch",
-            crate::order::replication::run_watch(
+            crate::ordering::replication::run_watch(
                 state.handles.redis.clone(),
                 replication.watch.clone(),
                 state.settings.guards.replica_check,
@@ -249,16 +249,20 @@ fn spawn_worker(tasks: &mut Tasks, state: &Arc<AppState>, worker: Option<Arc<Wor
             worker
                 .clone()
                 .expect("worker")
-                .heartbeat(crate::worker::HEARTBEAT_EVERY, stop.clone()),
+                .heartbeat(crate::ordering::worker::HEARTBEAT_EVERY, stop.clone()),
         );
         // Background work uses the background pool.
-        let background_lifecycle = crate::order::lifecycle::Lifecycle {
+        let background_lifecycle = crate::ordering::lifecycle::Lifecycle {
             pg: state.handles.background_pg.clone(),
             ..state.ordering.lifecycle.clone()
         };
         tasks.spawn(
             "payment timeouts",
-            crate::worker::timeout::run(state.handles.broker.clone(), background_lifecycle.clone(), stop.clone()),
+            crate::ordering::worker::timeout::run(
+                state.handles.broker.clone(),
+                background_lifecycle.clone(),
+                stop.clone(),
+            ),
         );
         tasks.spawn("recovery", recovery(state.clone(), background_lifecycle, stop.clone()));
     }
@@ -268,7 +272,7 @@ fn spawn_worker(tasks: &mut Tasks, state: &Arc<AppState>, worker: Option<Arc<Wor
 /// unpaid orders whose timeout message was lost (a minute past their window).
 async fn recovery(
     state: Arc<AppState>,
-    background_lifecycle: crate::order::lifecycle::Lifecycle,
+    background_lifecycle: crate::ordering::lifecycle::Lifecycle,
     stop: CancellationToken,
 ) {
     let every = Duration::from_secs(5);

@@ -8,7 +8,7 @@ pub const DEFAULT_JWT_MAX_TTL_SECS: u64 = 86_400;
 
 /// The newest outbox entry format this binary reads and writes: the highest
 /// `SECKILL_OUTBOX_FORMAT` accepts, and its default. What each format is, and how
-/// writers agree on one, is `crate::outbox::format`'s.
+/// writers agree on one, is `crate::ordering::outbox::format`'s.
 pub const NEWEST_OUTBOX_FORMAT: u32 = 2;
 
 /// Everything the process needs to know, validated, in groups by what it
@@ -125,7 +125,7 @@ pub struct Pipeline {
     pub worker_hold_limit: Duration,
     /// The newest outbox format this process reads and writes (at most this
     /// binary's; lower only to act as an older version, see
-    /// `crate::outbox::format`).
+    /// `crate::ordering::outbox::format`).
     pub outbox_format: u32,
     /// Order ids one reservation in Postgres takes (a process holds two blocks).
     pub id_block: u32,

@@ -161,9 +161,9 @@ impl ResponseError for ApiError {
     }
 }
 
-impl From<crate::order::place::Refusal> for ApiError {
-    fn from(r: crate::order::place::Refusal) -> Self {
-        use crate::order::place::Refusal;
+impl From<crate::ordering::place::Refusal> for ApiError {
+    fn from(r: crate::ordering::place::Refusal) -> Self {
+        use crate::ordering::place::Refusal;
         let message = r.to_string();
         match r {
             Refusal::VoucherNotFound => ApiError::not_found("voucher_not_found", message),

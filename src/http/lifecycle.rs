@@ -10,8 +10,8 @@ use super::path::path_order_id;
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable};
 use super::state::AppState;
 use crate::id::OrderId;
-use crate::order::lifecycle::Canceller;
-use crate::order::Order;
+use crate::ordering::lifecycle::Canceller;
+use crate::ordering::Order;
 use actix_web::web;
 
 /// Why the conditional update changed nothing: 404 if the caller cannot see the

@@ -13,7 +13,7 @@ use super::error::{ErrorBody, ErrorDetail};
 use super::responses::{RateLimited, Unavailable};
 use crate::numbers::body::{NextRequest, NextValues, RuleRequest};
 use crate::numbers::Rule;
-use crate::order::{Accepted, Order};
+use crate::ordering::{Accepted, Order};
 use crate::sales::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
 use crate::sales::live_numbers::{RelayState, ShardRelay};
 use crate::sales::model::AddStock;

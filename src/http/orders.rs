@@ -6,7 +6,7 @@ use super::error::ErrorBody;
 use super::path::{path_id, path_order_id};
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
-use crate::order::{Accepted, Order};
+use crate::ordering::{Accepted, Order};
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
@@ -158,7 +158,7 @@ pub async fn get(
             1,
         ));
     };
-    let waiter = crate::order::status::waits::Waiter::new(board, order_id.get());
+    let waiter = crate::ordering::status::waits::Waiter::new(board, order_id.get());
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(wait.into());
     let mut first: Option<String> = None;
     loop {

@@ -40,11 +40,11 @@ pub struct AppState {
 /// The ordering area's services.
 pub struct Ordering {
     /// The order path: cache, id worker, Redis, clocks.
-    pub placer: crate::order::place::OrderPlacer,
+    pub placer: crate::ordering::place::OrderPlacer,
     /// Where orders are read from.
-    pub lookup: crate::order::status::Lookup,
+    pub lookup: crate::ordering::status::Lookup,
     /// Pay, cancel, payment timeouts.
-    pub lifecycle: crate::order::lifecycle::Lifecycle,
+    pub lifecycle: crate::ordering::lifecycle::Lifecycle,
     /// One pay or cancel of a shopper at a time, across instances.
     pub user_serializer: crate::locks::user::UserSerializer,
 }

@@ -29,7 +29,7 @@ pub struct Recovery {
     pub metrics: Arc<Metrics>,
     /// The outbox formats this process reads and writes (the repair reads outboxes
     /// and puts orders back into them).
-    pub formats: Arc<crate::outbox::format::Formats>,
+    pub formats: Arc<crate::ordering::outbox::format::Formats>,
     /// What this process saw of each shard's history.
     pub histories: Histories,
     pub closed: Closed,
@@ -58,7 +58,7 @@ pub struct Recovery {
     pub(super) states_made: Mutex<std::collections::HashSet<i64>>,
     /// Acknowledged orders handed over by this process's gates, to be settled
     /// (see [`super::rescue`]), each with its shard's tag.
-    pub(super) rescued: Mutex<Vec<(String, crate::order::OrderMsg)>>,
+    pub(super) rescued: Mutex<Vec<(String, crate::ordering::OrderMsg)>>,
 }
 
 /// One sale's row of `sale_states`.
@@ -82,7 +82,7 @@ impl Recovery {
         keys: Keys,
         cache: Arc<VoucherCache>,
         metrics: Arc<Metrics>,
-        formats: Arc<crate::outbox::format::Formats>,
+        formats: Arc<crate::ordering::outbox::format::Formats>,
     ) -> Self {
         let me = uuid::Uuid::new_v4().simple().to_string();
         Self {
@@ -140,7 +140,7 @@ impl Recovery {
     pub fn lost(&self, voucher: i64, reason: &str) {
         // Closed first, then the logs taken: a call in flight now whose orders reach
         // a log after this takes it finds the sale closed and hands them over
-        // itself (`crate::order::gates`).
+        // itself (`crate::ordering::gates`).
         if self.closed.close(voucher) {
             self.metrics.redis_repairing.set(self.closed.list().len() as i64);
             tracing::warn!(

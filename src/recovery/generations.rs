@@ -68,8 +68,8 @@ impl Recovery {
 
     /// The namespace's workers' last `limit` heartbeats, newest first (shown beside
     /// the sales' states; nothing is decided from them).
-    pub async fn workers_seen(&self, limit: i64) -> Result<Vec<crate::worker::Heartbeat>> {
-        crate::worker::last_heartbeats(&self.pg, self.namespace(), limit)
+    pub async fn workers_seen(&self, limit: i64) -> Result<Vec<crate::ordering::worker::Heartbeat>> {
+        crate::ordering::worker::last_heartbeats(&self.pg, self.namespace(), limit)
             .await
             .context("reading the workers' heartbeats")
     }

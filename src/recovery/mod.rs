@@ -75,7 +75,7 @@
 //! An order in flight across the repair was counted by it: the worker stores it
 //! like any other. An order a relay read before the repair and had not recorded
 //! yet is refused at its intent (the sale's generation moved) and settled by the
-//! relay (`crate::outbox::relay::read_before_repair`). A stock return or a top-up Postgres committed before the
+//! relay (`crate::ordering::outbox::relay::read_before_repair`). A stock return or a top-up Postgres committed before the
 //! snapshot is counted too (the rebuilt `returned` and `topups` sets name it), so
 //! applying it later adds nothing; one committed after is applied after the sale
 //! reopens.

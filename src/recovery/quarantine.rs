@@ -1,11 +1,11 @@
 //! Outbox entries a repair cannot read as entries (corrupt: not written by
 //! `reserve.lua`, a repair or a late admission, or damaged): moved out of the
 //! outbox into the shard's quarantine stream, each with the most orders it may
-//! hold (`bound`, [`crate::outbox::entry::most_orders`]), and counted as that many
+//! hold (`bound`, [`crate::ordering::outbox::entry::most_orders`]), and counted as that many
 //! units sold: whatever acknowledged orders it held, their units are never sold
 //! again, so nothing is oversold; the sale reopens. Each is an incident, logged
 //! with the entry's fields for people. An entry of a newer format is not corrupt:
-//! the repair waits for a process that reads it (`crate::outbox::read_outbox`).
+//! the repair waits for a process that reads it (`crate::ordering::outbox::read_outbox`).
 use super::desk::Recovery;
 use crate::redis_conn::Conn;
 use anyhow::{Context, Result};
@@ -26,7 +26,7 @@ impl Recovery {
         let outbox = self.keys.outbox_at(voucher, k, shards);
         let quarantine = self.keys.quarantine_at(voucher, k, shards);
         for e in corrupt {
-            let bound = crate::outbox::entry::most_orders(e);
+            let bound = crate::ordering::outbox::entry::most_orders(e);
             let mut add = redis::cmd("XADD");
             add.arg(&quarantine)
                 .arg("*")

@@ -1,6 +1,6 @@
 //! Orders a process acknowledged and still holds in memory when their shard is
 //! found gone back in time, or when it learns that a repair rebuilt the shard
-//! since it admitted them (a gate's log, `crate::order::gates`): perhaps no relay
+//! since it admitted them (a gate's log, `crate::ordering::gates`): perhaps no relay
 //! read their outbox entry before Redis lost it, and then they exist nowhere else.
 //!
 //! Each is settled once, by the recovery desk's loop:
@@ -21,7 +21,7 @@
 //! shard: the write seen by one process and lost before anyone else saw it.
 use super::desk::Recovery;
 use super::history::ShardHistory;
-use crate::order::OrderMsg;
+use crate::ordering::OrderMsg;
 use anyhow::Result;
 use std::collections::HashMap;
 
@@ -126,7 +126,7 @@ impl Recovery {
         if !current.is_empty() {
             let orders: Vec<OrderMsg> = current.iter().map(|(_, o)| *o).collect();
             let ns = self.namespace().to_owned();
-            match crate::outbox::record_intent(&self.pg, &ns, &orders, &[], &self.me, true).await? {
+            match crate::ordering::outbox::record_intent(&self.pg, &ns, &orders, &[], &self.me, true).await? {
                 Some(intent) => tracing::warn!(
                     intent,
                     orders = orders.len(),
@@ -142,7 +142,7 @@ impl Recovery {
         let mut conn = self.redis.conn().await?;
         let gone: Vec<(OrderMsg, String)> = older.iter().map(|(t, o)| (*o, t.clone())).collect();
         let gens: HashMap<i64, i64> = gens;
-        let settled = crate::outbox::settle_gone(self, &mut conn, &gone, &gens).await?;
+        let settled = crate::ordering::outbox::settle_gone(self, &mut conn, &gone, &gens).await?;
         for o in &settled.admitted {
             self.metrics
                 .worker_incidents

@@ -14,7 +14,7 @@ pub struct Known {
     pub created_ms: i64,
 }
 
-pub use crate::order::stored::Stored;
+pub use crate::ordering::stored::Stored;
 
 /// A sale's books as a repair read them.
 pub struct Books {
@@ -70,7 +70,7 @@ impl Recovery {
     pub(super) async fn books(&self, voucher: i64, shards: u32) -> Result<Books> {
         // Each order found, and whether in an outbox.
         let (mut found, held_back) = self.in_outboxes(voucher, shards).await?;
-        let relayed = crate::outbox::intent_orders_of_sale(&self.pg, self.namespace(), voucher).await?;
+        let relayed = crate::ordering::outbox::intent_orders_of_sale(&self.pg, self.namespace(), voucher).await?;
         let mut unnamed_ids: HashSet<i64> = HashSet::new();
         // Orders of rescues (a process's memory), and of relays' reads: a rescued
         // order a relay read too was not lost with its entry before anyone read it.
@@ -117,7 +117,7 @@ impl Recovery {
         let mut found = Vec::new();
         let mut held_back = 0;
         for k in 0..shards {
-            let read = crate::outbox::read_outbox(
+            let read = crate::ordering::outbox::read_outbox(
                 &mut conn,
                 &self.keys.outbox_at(voucher, k, shards),
                 self.formats.reads(),
@@ -142,7 +142,7 @@ impl Recovery {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .execute(&mut *tx)
             .await?;
-        let stored = crate::order::stored::of_sale(&mut *tx, voucher)
+        let stored = crate::ordering::stored::of_sale(&mut *tx, voucher)
             .await
             .context("reading a sale's orders")?;
         let pg_stock = crate::sales::pg_stock::of(&mut *tx, voucher)

@@ -22,7 +22,7 @@ impl Recovery {
         for round in 1u64.. {
             if round.is_multiple_of(SWEEP_EVERY_ROUNDS) {
                 // Intents whose orders are all stored are done with.
-                if let Err(e) = crate::outbox::sweep_intents(&self.pg, self.namespace()).await {
+                if let Err(e) = crate::ordering::outbox::sweep_intents(&self.pg, self.namespace()).await {
                     tracing::debug!(error = %format!("{e:#}"), "sweeping relay intents failed");
                 }
             }

@@ -3,7 +3,7 @@
 //! `online` (past its first sync) and acknowledged the replication stream at most
 //! [`MAX_LAG_S`] seconds ago, as Redis's own `min-replicas-max-lag` counts them.
 //! Orders that wait for replicas are refused before they reserve on a master with
-//! fewer (`crate::order::replication`).
+//! fewer (`crate::ordering::replication`).
 use super::cluster_map::{any_master, masters_of, probe};
 use super::conn::Link;
 use super::handle::Redis;

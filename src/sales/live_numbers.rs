@@ -97,7 +97,7 @@ fn entry_ms(id: &str) -> Option<i64> {
 /// Orders of the sale the payment timeout cancelled (the consumer of expired
 /// payment windows, or the sweep behind it).
 pub async fn timed_out(db: impl PgExecutor<'_>, voucher_id: i64) -> Result<i64> {
-    crate::order::stored::timed_out_of_sale(db, voucher_id)
+    crate::ordering::stored::timed_out_of_sale(db, voucher_id)
         .await
         .context("counting timed-out orders")
 }

@@ -7,7 +7,7 @@
 //! [`Keys::refill_lease`]), so at a sell-out the refills do not disturb each
 //! other's snapshots and their number is bounded by the instances (each process
 //! runs one per sale at a time, and its waiters take that refill's answer:
-//! `order::place`), not instances × shards. The lease only saves work: every step
+//! `ordering::place`), not instances × shards. The lease only saves work: every step
 //! stays idempotent, and two refills at once (a lease that ran out) at worst make
 //! a snapshot unreadable ("unknown", 503), never a unit created or lost. Every
 //! move is written in its sale's registry of moves under way ([`Keys::moves_of`])

@@ -255,7 +255,7 @@ pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<A
 
 /// Orders persisted for a voucher (failed ones excluded).
 pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, sqlx::Error> {
-    crate::order::stored::persisted_of_sale(db, id).await
+    crate::ordering::stored::persisted_of_sale(db, id).await
 }
 
 /// A flash sale's `stock_shards`, or `None` if the voucher is not a flash sale (or

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// The order script, as the service runs it.
 fn script() -> redis::Script {
-    redis::Script::new(seckill::order::replication::SOURCE)
+    redis::Script::new(seckill::ordering::replication::SOURCE)
 }
 
 /// The time the tests give order `id`.
@@ -42,7 +42,7 @@ async fn call(
         .arg("")
         .arg(seckill::recovery::history::fresh_name().as_slice())
         .arg(entry.join(","))
-        .arg(seckill::outbox::format::NEWEST);
+        .arg(seckill::ordering::outbox::format::NEWEST);
     for (user, id) in asks {
         inv.arg(user).arg(format!("{id}:{}", at(*id)));
     }
@@ -77,7 +77,7 @@ fn entries(v: i64, outbox: &redis::streams::StreamRangeReply) -> Vec<Vec<(i64, i
         .ids
         .iter()
         .map(|e| {
-            let orders = seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST)
+            let orders = seckill::ordering::outbox::entry::parse(e, seckill::ordering::outbox::format::NEWEST)
                 .expect("an entry reserve.lua wrote")
                 .orders;
             assert!(orders.iter().all(|o| o.voucher_id == seckill::id::VoucherId::new(v)));

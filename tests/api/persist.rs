@@ -2,8 +2,8 @@
 //! the database's guard stores as created, duplicate or failed, and how an order id
 //! or business number that is already taken is stored and counted, never hidden.
 use crate::helpers::*;
-use seckill::order::model::OrderMsg;
-use seckill::worker::persist::{persist, persist_relayed, Ctx};
+use seckill::ordering::model::OrderMsg;
+use seckill::ordering::worker::persist::{persist, persist_relayed, Ctx};
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -114,7 +114,7 @@ async fn one_live_order_per_shopper_across_cancellations_and_parallel_batches() 
         epoch,
     };
     let ctx = ctx(&app);
-    let counts = |o: seckill::worker::persist::Outcome| (o.created, o.duplicates, o.failed);
+    let counts = |o: seckill::ordering::worker::persist::Outcome| (o.created, o.duplicates, o.failed);
     let set_status = |id: i64, status: &'static str| {
         let pg = app.pg().clone();
         async move {
@@ -365,7 +365,7 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     let msg = |id, user| order(id, user, v);
     let ctx = ctx(&app);
     let keys = app.app().state().handles.keys.clone();
-    let intent = seckill::outbox::relay::intent::record(
+    let intent = seckill::ordering::outbox::relay::intent::record(
         app.pg(),
         keys.namespace(),
         &[msg(40, 1), msg(40, 2)],
@@ -376,7 +376,7 @@ async fn an_intent_is_swept_only_once_each_of_its_shoppers_orders_is_stored() {
     .await
     .unwrap();
     assert!(intent.is_some(), "recorded");
-    let sweep = || seckill::outbox::relay::intent::sweep(app.pg(), keys.namespace());
+    let sweep = || seckill::ordering::outbox::relay::intent::sweep(app.pg(), keys.namespace());
     assert_eq!(sweep().await.unwrap(), 0, "nothing stored yet");
     assert_eq!(persist(&ctx, &[msg(40, 1)]).await.unwrap().created, 1);
     assert_eq!(
@@ -424,11 +424,11 @@ async fn a_refused_message_stores_an_order_whose_id_another_holds() {
     let v = app.flash_sale(10).await;
     let msg = |id, user| order(id, user, v);
     assert_eq!(persist(&ctx(&app), &[msg(50, 1)]).await.unwrap().created, 1);
-    let stored = seckill::worker::persist::store_failed(app.pg(), &[msg(50, 2), msg(50, 2)], "refused")
+    let stored = seckill::ordering::worker::persist::store_failed(app.pg(), &[msg(50, 2), msg(50, 2)], "refused")
         .await
         .unwrap();
     assert_eq!(stored, 1, "shopper 2's order, once");
-    let again = seckill::worker::persist::store_failed(app.pg(), &[msg(50, 2)], "refused")
+    let again = seckill::ordering::worker::persist::store_failed(app.pg(), &[msg(50, 2)], "refused")
         .await
         .unwrap();
     assert_eq!(again, 0, "stored already");

@@ -40,7 +40,7 @@ async fn a_backlog_of_coalesced_entries_is_published_in_messages_within_the_batc
         fattest = entries
             .ids
             .iter()
-            .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
+            .filter_map(|e| seckill::ordering::outbox::entry::parse(e, seckill::ordering::outbox::format::NEWEST))
             .map(|e| e.orders.len())
             .max()
             .unwrap_or(0);

@@ -11,13 +11,13 @@ pub(super) fn ordering_of(
     c: &Clients,
     cache: &Arc<VoucherCache>,
     recovery: &Arc<crate::recovery::Recovery>,
-    placer: crate::order::place::OrderPlacer,
+    placer: crate::ordering::place::OrderPlacer,
     user_serializer: crate::locks::user::UserSerializer,
-    board: Arc<crate::order::status::Board>,
+    board: Arc<crate::ordering::status::Board>,
 ) -> Ordering {
     Ordering {
         placer,
-        lookup: crate::order::status::Lookup {
+        lookup: crate::ordering::status::Lookup {
             pg: c.pg.clone(),
             redis: c.redis.clone(),
             keys: c.keys.clone(),
@@ -25,7 +25,7 @@ pub(super) fn ordering_of(
             recovery: recovery.clone(),
             board,
         },
-        lifecycle: crate::order::lifecycle::Lifecycle {
+        lifecycle: crate::ordering::lifecycle::Lifecycle {
             pg: c.pg.clone(),
             redis: c.redis.clone(),
             keys: c.keys.clone(),

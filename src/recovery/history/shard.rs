@@ -44,12 +44,12 @@ pub struct ShardHistory {
 #[derive(Default)]
 struct Log {
     gen: i64,
-    orders: std::collections::VecDeque<crate::order::OrderMsg>,
+    orders: std::collections::VecDeque<crate::ordering::OrderMsg>,
 }
 
 impl Log {
     /// Moves the log to generation `gen` (if newer): the orders of the older one, out.
-    fn move_to_gen(&mut self, gen: i64) -> Vec<crate::order::OrderMsg> {
+    fn move_to_gen(&mut self, gen: i64) -> Vec<crate::ordering::OrderMsg> {
         if gen <= self.gen {
             return Vec::new();
         }
@@ -68,8 +68,8 @@ impl ShardHistory {
     pub fn remember(
         &self,
         seq: i64,
-        orders: impl IntoIterator<Item = crate::order::OrderMsg>,
-    ) -> Vec<crate::order::OrderMsg> {
+        orders: impl IntoIterator<Item = crate::ordering::OrderMsg>,
+    ) -> Vec<crate::ordering::OrderMsg> {
         let known = self.head().map_or(0, |p| p.gen());
         let gen = gen_of(seq);
         let mut log = self.log.lock().expect("log poisoned");
@@ -87,7 +87,7 @@ impl ShardHistory {
 
     /// Takes every order of the log (its shard is found gone back in time, or
     /// closed for a repair).
-    pub fn take_log(&self) -> Vec<crate::order::OrderMsg> {
+    pub fn take_log(&self) -> Vec<crate::ordering::OrderMsg> {
         self.log.lock().expect("log poisoned").orders.drain(..).collect()
     }
 
@@ -162,7 +162,7 @@ impl ShardHistory {
     /// call that came back with them when no later call followed): they go to the
     /// recovery desk, as [`ShardHistory::remember`]'s.
     #[must_use = "the orders returned go to the recovery desk"]
-    pub fn raise_gen(&self, gen: i64) -> Vec<crate::order::OrderMsg> {
+    pub fn raise_gen(&self, gen: i64) -> Vec<crate::ordering::OrderMsg> {
         {
             let mut s = self.seen.lock().expect("history poisoned");
             if s.head.is_none_or(|h| h.gen() < gen) {

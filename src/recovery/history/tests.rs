@@ -93,8 +93,8 @@ fn unchecked_points_are_bounded() {
     assert!(snap.points[1..].iter().all(|p| p.seq >= 20), "the earliest go first");
 }
 
-fn order(id: i64, gen: i64) -> crate::order::OrderMsg {
-    crate::order::OrderMsg {
+fn order(id: i64, gen: i64) -> crate::ordering::OrderMsg {
+    crate::ordering::OrderMsg {
         id: crate::id::OrderId::new(id),
         user_id: crate::id::UserId::new(id),
         voucher_id: crate::id::VoucherId::new(1),
@@ -103,7 +103,7 @@ fn order(id: i64, gen: i64) -> crate::order::OrderMsg {
     }
 }
 
-fn ids(orders: Vec<crate::order::OrderMsg>) -> Vec<i64> {
+fn ids(orders: Vec<crate::ordering::OrderMsg>) -> Vec<i64> {
     orders.iter().map(|o| o.id.get()).collect()
 }
 

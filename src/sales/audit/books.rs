@@ -215,10 +215,10 @@ pub(crate) async fn postgres_books(pg: &PgPool, voucher_id: i64) -> Result<Resul
     let Some((total, pg_stock)) = row else {
         return Ok(Err(Lookup::NotFound));
     };
-    let counts = crate::order::stored::counts_of_sale(&mut *tx, voucher_id)
+    let counts = crate::ordering::stored::counts_of_sale(&mut *tx, voucher_id)
         .await
         .context("reading the sale's books in Postgres")?;
-    let returns_pending = crate::order::stored::returns_pending(&mut *tx, voucher_id)
+    let returns_pending = crate::ordering::stored::returns_pending(&mut *tx, voucher_id)
         .await
         .context("reading the sale's books in Postgres")?;
     tx.commit().await.context("reading the sale's books in Postgres")?;

@@ -185,7 +185,7 @@ async fn redis_losing_the_sale_refuses_then_rebuilds_without_overselling() {
             entries
                 .ids
                 .iter()
-                .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
+                .filter_map(|e| seckill::ordering::outbox::entry::parse(e, seckill::ordering::outbox::format::NEWEST))
                 .flat_map(|e| e.orders)
                 .map(|o| o.id.get()),
         );

@@ -7,7 +7,7 @@ use futures::future::join_all;
 use lapin::options::BasicPublishOptions;
 use lapin::BasicProperties;
 use reqwest::StatusCode;
-use seckill::order::lifecycle::Canceller;
+use seckill::ordering::lifecycle::Canceller;
 use serde_json::{json, Value};
 use sqlx::Connection;
 use std::future::Future;
@@ -49,7 +49,7 @@ async fn stocks(app: &TestApp, v: i64) -> (i64, i64) {
 
 /// Runs `cancel` while a worker's transaction re-persists `order` (a redelivered
 /// batch), interleaved deterministically on two connections: the worker's
-/// transaction locks the voucher row exactly as `worker::persist` does, `cancel`
+/// transaction locks the voucher row exactly as `ordering::worker::persist` does, `cancel`
 /// runs until it waits for that lock, then the worker re-inserts the order
 /// (`ON CONFLICT DO NOTHING`, which waits for any open transaction that changed the
 /// order's row) and commits. Returns the worker's result (rows inserted) and the

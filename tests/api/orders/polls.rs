@@ -1,9 +1,9 @@
 //! Owners polling and waiting for their orders: answers kept by the status board
-//! until Postgres announces a change (`src/order/status/board.rs`), long polls
+//! until Postgres announces a change (`src/ordering/status/board.rs`), long polls
 //! (`?wait=`), `Retry-After` on pending answers.
 use super::*;
 use seckill::app::Mode;
-use seckill::order::status::board::Key;
+use seckill::ordering::status::board::Key;
 use serde_json::json;
 
 /// A GET of `path` with `token`: status, `Retry-After`, body.

@@ -8,11 +8,11 @@
 //! only, as the version before stamped formats did) and the newer one this binary
 //! as built (format 2: entries stamped with field `f`). Nothing acknowledged is
 //! lost in either order of start, and no process writes a format that a live,
-//! announced process cannot read (src/outbox/format.rs).
+//! announced process cannot read (src/ordering/outbox/format.rs).
 use super::*;
 use seckill::app::Application;
 use seckill::config::Settings;
-use seckill::outbox::format::{EVERY, NEWEST};
+use seckill::ordering::outbox::format::{EVERY, NEWEST};
 
 /// The format writers may write, as recorded.
 async fn decision(app: &TestApp) -> i32 {

@@ -7,7 +7,7 @@
 //! A repair counts the orders in the outboxes and in the relays' intents when it
 //! reads them. A relay that read orders before a repair records their intent only
 //! while their sale is still at the generation they were read in; otherwise it
-//! settles each itself (`src/outbox/relay/read_before_repair.rs`).
+//! settles each itself (`src/ordering/outbox/relay/read_before_repair.rs`).
 use super::*;
 
 /// The intent statement refuses orders of a generation older than their sale's,
@@ -30,7 +30,7 @@ async fn an_intent_is_refused_once_a_repair_took_the_next_generation() {
         created_ms: 1,
         epoch,
     };
-    let intent = seckill::outbox::relay::intent::record;
+    let intent = seckill::ordering::outbox::relay::intent::record;
     let points = [("v1".to_owned(), seckill::recovery::Point::count(3i64 << 32))];
     let refused = intent(app.pg(), &ns.name, &[order(2)], &points, "test", false)
         .await
@@ -74,7 +74,7 @@ async fn orders_a_relay_reads_after_a_repair_counted_them_are_published_once() {
     let r = relay(&app, "relay-after-a-repair");
     let (c, ch) = app.app().state().handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
-    let published = r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    let published = r.step(&ch, seckill::ordering::outbox::relay::Read::New).await.unwrap();
     assert_eq!(published, 3, "the three orders, published as of the new generation");
     c.close(200, "done".into()).await.unwrap();
     let worker = TestApp::builder(&ns).mode(Mode::Worker).spawn().await;
@@ -90,7 +90,7 @@ async fn orders_a_relay_reads_after_a_repair_counted_them_are_published_once() {
     ch.confirm_select(Default::default()).await.unwrap();
     let mut sent = 0;
     for _ in 0..20 {
-        sent += r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+        sent += r.step(&ch, seckill::ordering::outbox::relay::Read::New).await.unwrap();
         if sent >= 7 {
             break;
         }
@@ -277,14 +277,14 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
     let mut read = Vec::new();
     let mut top = seckill::recovery::Point::count(0);
     for e in &entries.ids {
-        let parsed =
-            seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST).expect("an entry reserve.lua wrote");
+        let parsed = seckill::ordering::outbox::entry::parse(e, seckill::ordering::outbox::format::NEWEST)
+            .expect("an entry reserve.lua wrote");
         let p = parsed.point().expect("entries carry their sequence");
         if p.seq > top.seq {
             top = p;
         }
         for o in parsed.orders {
-            let origin = seckill::outbox::relay::Origin {
+            let origin = seckill::ordering::outbox::relay::Origin {
                 tag: tag.clone(),
                 entry: Some((outbox.clone(), e.id.clone())),
             };
@@ -325,7 +325,7 @@ async fn orders_a_relay_read_before_redis_lost_them_are_counted_late_or_failed_n
     // (no unit left) cannot be honoured.
     let mut sent = 0;
     for _ in 0..20 {
-        sent += r.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+        sent += r.step(&ch, seckill::ordering::outbox::relay::Read::New).await.unwrap();
         if sent >= 6 {
             break;
         }

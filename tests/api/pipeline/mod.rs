@@ -9,16 +9,16 @@ use lapin::BasicProperties;
 use reqwest::StatusCode;
 use seckill::app::Mode;
 use seckill::broker::ORDERS_ROUTING_KEY;
-use seckill::order::model::{OrderBatch, OrderMsg};
+use seckill::ordering::model::{OrderBatch, OrderMsg};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A relay of the test's own on `app`'s connections.
-fn relay(app: &TestApp, name: &str) -> seckill::outbox::relay::Relay {
+fn relay(app: &TestApp, name: &str) -> seckill::ordering::outbox::relay::Relay {
     let state = app.app().state();
-    seckill::outbox::relay::Relay::new(
-        seckill::outbox::relay::Ends {
+    seckill::ordering::outbox::relay::Relay::new(
+        seckill::ordering::outbox::relay::Ends {
             redis: state.handles.redis.clone(),
             broker: state.handles.broker.clone(),
             pg: state.handles.background_pg.clone(),

@@ -7,7 +7,7 @@ use super::*;
 /// Postgres refuses connections for a while: the worker backs off holding the
 /// messages it received, orders go on being accepted, and the relay publishes none
 /// of them (it publishes only what it recorded in Postgres as published, see
-/// `outbox::relay::intent`): they wait in the outbox. Once Postgres is back every
+/// `ordering::outbox::relay::intent`): they wait in the outbox. Once Postgres is back every
 /// accepted order is persisted, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_unavailable_then_back_loses_nothing() {
@@ -110,8 +110,8 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
         assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
     }
     let state = app.app().state();
-    let relay = seckill::outbox::relay::Relay::new(
-        seckill::outbox::relay::Ends {
+    let relay = seckill::ordering::outbox::relay::Relay::new(
+        seckill::ordering::outbox::relay::Ends {
             redis: state.handles.redis.clone(),
             broker: state.handles.broker.clone(),
             pg: state.handles.background_pg.clone(),
@@ -125,7 +125,10 @@ async fn the_relay_finds_outboxes_without_the_voucher_cache() {
     );
     let (conn, ch) = state.handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
-    let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    let published = relay
+        .step(&ch, seckill::ordering::outbox::relay::Read::New)
+        .await
+        .unwrap();
     assert_eq!(published, 3, "the three orders were published");
     conn.close(200, "done".into()).await.unwrap();
 }

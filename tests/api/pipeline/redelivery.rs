@@ -198,7 +198,7 @@ async fn an_order_batch_on_the_dead_letter_queue_is_persisted() {
 /// back (the hold limit) and the broker dead-letters it; once Postgres is back the
 /// orders are persisted all the same rather than left on the dead-letter queue,
 /// neither persisted nor failed. (The relay publishes only what it could record as
-/// published in Postgres, see `outbox::relay::intent`: the orders are published
+/// published in Postgres, see `ordering::outbox::relay::intent`: the orders are published
 /// before Postgres goes, and a worker starts after.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_whose_delivery_limit_ran_out_while_postgres_was_down_are_persisted() {

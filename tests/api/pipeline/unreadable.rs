@@ -45,7 +45,10 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     let (broker, ch) = state.handles.broker.open().await.unwrap();
     ch.confirm_select(Default::default()).await.unwrap();
     let incidents = "seckill_worker_incidents_total{kind=\"unreadable_outbox_entry\"}";
-    let published = relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    let published = relay
+        .step(&ch, seckill::ordering::outbox::relay::Read::New)
+        .await
+        .unwrap();
     assert_eq!(published, 4, "the four readable orders were published");
     let left = |mut conn: seckill::redis_conn::Conn| {
         let outbox = outbox.clone();
@@ -78,7 +81,7 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert_eq!(
         (&pending[0].0, pending[0].1.as_str()),
-        (&future, seckill::outbox::relay::PARKED)
+        (&future, seckill::ordering::outbox::relay::PARKED)
     );
     assert_eq!(app.metric(incidents).await, 1.0, "one incident");
     // Its own pending entries, then new ones: still never acknowledged, counted once,
@@ -86,8 +89,14 @@ async fn an_outbox_entry_the_relay_cannot_read_is_never_acknowledged() {
     for u in 5..=6 {
         assert_eq!(app.order(v, u).await.0, StatusCode::ACCEPTED);
     }
-    let again = relay.step(&ch, seckill::outbox::relay::Read::OwnPending).await.unwrap()
-        + relay.step(&ch, seckill::outbox::relay::Read::New).await.unwrap();
+    let again = relay
+        .step(&ch, seckill::ordering::outbox::relay::Read::OwnPending)
+        .await
+        .unwrap()
+        + relay
+            .step(&ch, seckill::ordering::outbox::relay::Read::New)
+            .await
+            .unwrap();
     assert_eq!(again, 2, "the later orders were published");
     assert_eq!(
         left(conn.clone()).await,
@@ -125,7 +134,7 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
     let outbox = ns.keys().outbox(v);
     let mut conn = app.redis().await;
     assert_eq!(app.order(v, 1).await.0, StatusCode::ACCEPTED);
-    let read = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+    let read = seckill::ordering::outbox::read_outbox(&mut conn, &outbox, seckill::ordering::outbox::format::NEWEST)
         .await
         .unwrap();
     assert_eq!(read.orders.len(), 1, "the order in flight");
@@ -139,7 +148,7 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let read = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+    let read = seckill::ordering::outbox::read_outbox(&mut conn, &outbox, seckill::ordering::outbox::format::NEWEST)
         .await
         .unwrap();
     assert_eq!(
@@ -159,7 +168,7 @@ async fn a_repair_does_not_count_an_outbox_it_cannot_read() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    let err = seckill::outbox::read_outbox(&mut conn, &outbox, seckill::outbox::format::NEWEST)
+    let err = seckill::ordering::outbox::read_outbox(&mut conn, &outbox, seckill::ordering::outbox::format::NEWEST)
         .await
         .expect_err("an outbox with an entry of a newer format is not counted");
     assert!(format!("{err:#}").contains("newer than this binary reads"), "{err:#}");
@@ -211,7 +220,7 @@ async fn a_claim_reaches_a_dead_relays_entry_behind_parked_ones() {
     let _: redis::Value = redis::cmd("XCLAIM")
         .arg(&outbox)
         .arg(group)
-        .arg(seckill::outbox::relay::PARKED)
+        .arg(seckill::ordering::outbox::relay::PARKED)
         .arg(0)
         .arg(&parked)
         .arg("JUSTID")

@@ -201,7 +201,9 @@ async fn redis_losing_a_sharded_sale_rebuilds_every_shard_without_overselling() 
                         entries
                             .ids
                             .iter()
-                            .filter_map(|e| seckill::outbox::entry::parse(e, seckill::outbox::format::NEWEST))
+                            .filter_map(|e| {
+                                seckill::ordering::outbox::entry::parse(e, seckill::ordering::outbox::format::NEWEST)
+                            })
                             .flat_map(|e| e.orders)
                             .map(|o| o.id.get()),
                     );
