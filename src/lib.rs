@@ -13,11 +13,13 @@
 //! # Layout
 //!
 //! Three layers. A file imports from its own layer and the ones below it, never up;
+//! a business area imports only the areas listed below it (the back-up arrows not
+//! undone yet are listed in the check, a list that may only shrink);
 //! a file of one business area uses another area only through that area's root
 //! module or its `pub mod` children, and theirs (its interface), never the files
 //! behind them; and no files import each other in a circle, a re-export counting
 //! as an import. `scripts/import_cycles.py` (run by the test command) reads the
-//! lines below and fails on any of the three. Each area owns its Postgres tables:
+//! lines below and fails on any of the four. Each area owns its Postgres tables:
 //! only its own files hold SQL on them (`scripts/sql_owners.py` names each
 //! table's owner, and the owners of each Redis key and RabbitMQ name), and
 //! another area calls it, or takes the part of a statement it hands out where one
@@ -31,12 +33,12 @@
 //! - edge http: `http`: routes and handlers (each calls services), the contract's
 //!   error body, authentication, rate limits, health, the OpenAPI document.
 //!
-//! The business areas:
-//! - area sales: `sales`: vouchers, their window, stock and shards, top-ups,
-//!   pauses, the in-process cache the order path reads, the books.
+//! The business areas, from the top down (an area imports only those below it):
 //! - area ordering: `ordering`: placing an order (one script in
 //!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
 //!   orders in Postgres, and an order's life after (status, pay, cancel, timeout).
+//! - area sales: `sales`: vouchers, their window, stock and shards, top-ups,
+//!   pauses, the in-process cache the order path reads, the books.
 //! - area admission: `admission`: fair admission: a sale's waiting room or raffle,
 //!   admission tokens, proofs of work.
 //! - area recovery: `recovery`: Redis losing state or going back in time, caught
