@@ -77,7 +77,7 @@ def layout(lib):
     section = "\n".join(l[3:].strip() if l.startswith("//!") else "" for l in lib.split("//! # Layout", 1)[-1].splitlines())
     section = re.sub(r"\n(?!- |\n)", " ", section)
     modules = {}
-    for m in re.finditer(r"^- (?:edge|area|base) ([a-z]+): ((?:`[a-z_]+`(?:, )?)+)", section, re.M):
+    for m in re.finditer(r"^- (?:edge|report|area|base) ([a-z]+): ((?:`[a-z_]+`(?:, )?)+)", section, re.M):
         names = re.findall(r"`([a-z_]+)`", m.group(2))
         modules.setdefault(m.group(1), set()).update(names)
         for n in names:

@@ -12,7 +12,7 @@
 //!
 //! # Layout
 //!
-//! Three layers. A file imports from its own layer and the ones below it, never up;
+//! Four layers. A file imports from its own layer and the ones below it, never up;
 //! a business area imports only the areas listed below it (the back-up arrows not
 //! undone yet are listed in the check, a list that may only shrink);
 //! a file of one business area uses another area only through that area's root
@@ -33,12 +33,16 @@
 //! - edge http: `http`: routes and handlers (each calls services), the contract's
 //!   error body, authentication, rate limits, health, the OpenAPI document.
 //!
+//! Above the areas, what reads several of them:
+//! - report reports: `reports`: a sale's books, the unbalanced-sales gauge, the
+//!   admin console's live numbers.
+//!
 //! The business areas, from the top down (an area imports only those below it):
 //! - area ordering: `ordering`: placing an order (one script in
 //!   Redis), the relay from the outboxes to RabbitMQ, the worker that stores
 //!   orders in Postgres, and an order's life after (status, pay, cancel, timeout).
 //! - area sales: `sales`: vouchers, their window, stock and shards, top-ups,
-//!   pauses, the in-process cache the order path reads, the books.
+//!   pauses, the in-process cache the order path reads.
 //! - area admission: `admission`: fair admission: a sale's waiting room or raffle,
 //!   admission tokens, proofs of work.
 //! - area recovery: `recovery`: Redis losing state or going back in time, caught
@@ -73,6 +77,7 @@ pub mod numbers;
 pub mod ordering;
 pub mod recovery;
 pub mod redis_conn;
+pub mod reports;
 pub mod sales;
 pub mod supervise;
 pub mod telemetry;

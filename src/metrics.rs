@@ -58,7 +58,7 @@ pub struct Metrics {
     /// (each kind in [`INCIDENT_KINDS`], which the help text names).
     pub worker_incidents: IntCounterVec,
     /// Running flash sales whose books did not balance in two consecutive audits
-    /// (see [`crate::sales::audit`]).
+    /// (see [`crate::reports`]).
     pub sales_unbalanced: IntGauge,
     /// The fullest Redis master's used memory over its `maxmemory` (0 to 1; not
     /// set while no master has a limit), from the readiness checks.

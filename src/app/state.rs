@@ -66,8 +66,15 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let board = Arc::new(crate::ordering::status::Board::new(settings.http.max_held_waits));
     let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer, board);
     let sales = sales_of(&c, &recovery, &cache);
+    let reports = crate::reports::Reports::new(crate::reports::ReportsParts {
+        pg: c.pg.clone(),
+        redis: c.redis.clone(),
+        keys: c.keys.clone(),
+        broker: c.broker.clone(),
+    });
     let state = Arc::new(AppState {
         sales,
+        reports,
         ordering,
         admit,
         recovery,

@@ -197,7 +197,7 @@ fn spawn_watches(tasks: &mut Tasks, state: &Arc<AppState>, stop: &CancellationTo
     // GET /metrics serve them from memory).
     tasks.spawn("readiness", super::readiness::run(state.clone(), stop.clone()));
     // Keeps seckill_sales_unbalanced (served at /metrics) current.
-    let watch = crate::sales::audit::Watch {
+    let watch = crate::reports::Watch {
         pg: state.handles.background_pg.clone(),
         redis: state.handles.redis.clone(),
         keys: state.handles.keys.clone(),

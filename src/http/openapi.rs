@@ -13,13 +13,13 @@ use super::error::{ErrorBody, ErrorDetail};
 use super::responses::{RateLimited, Unavailable};
 use crate::numbers::body::{NextRequest, NextValues, RuleRequest};
 use crate::numbers::Rule;
+use crate::ordering::outbox::{RelayState, ShardRelay};
 use crate::ordering::{Accepted, Order};
-use crate::sales::audit::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
-use crate::sales::live_numbers::{RelayState, ShardRelay};
+use crate::reports::view::{LiveSale, OrderCounts};
+use crate::reports::{Audit, Checks, InFlight, PostgresBooks, RedisBooks};
 use crate::sales::model::AddStock;
 use crate::sales::view::{
-    LiveSale, OrderCounts, PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage,
-    VoucherWithStats,
+    PublicVoucher, SaleStats, ShardStats, TopUpView, ToppedUp, VoucherList, VoucherPage, VoucherWithStats,
 };
 use crate::sales::{FlashSale, NewVoucher, Voucher};
 use actix_web::http::header;

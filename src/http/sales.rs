@@ -7,9 +7,10 @@ use super::responses::{BadRequest, Forbidden, NotAFlashSale, RateLimited, Unauth
 use super::state::AppState;
 use super::vouchers::{voucher_not_found, with_stats};
 use crate::id;
-use crate::sales::audit::Lookup;
+use crate::reports::view::{LiveSale, OrderCounts};
+use crate::reports::Lookup;
 use crate::sales::service::NotPaused;
-use crate::sales::view::{LiveSale, OrderCounts, VoucherPage};
+use crate::sales::view::VoucherPage;
 use crate::sales::Voucher;
 use actix_web::web;
 use serde::Deserialize;
@@ -118,14 +119,14 @@ pub async fn live(
     }
     // Timed-out orders before the books: they are a subset of the cancelled ones and
     // only grow, so read first they never exceed `cancelled` read after.
-    let timed_out = state.sales.timed_out(id).await?;
-    let audit = match state.sales.books(id).await? {
+    let timed_out = state.ordering.lookup.timed_out_of_sale(id).await?;
+    let audit = match state.reports.books(id).await? {
         Lookup::Found(books) => books,
         Lookup::NotFound => return Err(voucher_not_found()),
         Lookup::NotAFlashSale => return Err(not_a_flash_sale()),
     };
     let shards = voucher.flash.as_ref().map_or(1, |f| f.shards());
-    let relay = state.sales.relay_state(id, shards).await?;
+    let relay = state.ordering.lookup.relay_state(id, shards).await?;
     let view = with_stats(&state, voucher).await?;
     let orders = OrderCounts {
         accepted: view.stats.orders_accepted,

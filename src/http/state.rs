@@ -18,8 +18,10 @@ pub struct AppState {
     pub settings: Settings,
     pub clock: Clock,
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// The sales area: vouchers, stock, top-ups, pauses, books.
+    /// The sales area: vouchers, stock, top-ups, pauses.
     pub sales: crate::sales::service::Sales,
+    /// Reports that read several areas: a sale's books.
+    pub reports: crate::reports::Reports,
     /// The ordering area: placing, reading, paying and cancelling orders.
     pub ordering: Ordering,
     /// Fair admission: admission tokens, queue places, raffles, proofs of work,

@@ -9,7 +9,7 @@ use super::responses::{
 };
 use super::state::AppState;
 use crate::id;
-use crate::sales::audit::{Audit, Lookup};
+use crate::reports::{Audit, Lookup};
 use crate::sales::model::{FlashSale, NewVoucher, Voucher};
 use crate::sales::stock;
 use crate::sales::view::{PublicVoucher, SaleStats, ShardStats, VoucherList, VoucherWithStats};
@@ -127,7 +127,7 @@ pub async fn admin_audit(
     path: web::Path<String>,
 ) -> Result<web::Json<Audit>, ApiError> {
     let id = path_id(&path)?;
-    match state.sales.audit(id).await? {
+    match state.reports.audit(id).await? {
         Lookup::Found(books) => Ok(web::Json(books)),
         Lookup::NotFound => Err(voucher_not_found()),
         Lookup::NotAFlashSale => Err(ApiError::conflict(
@@ -216,7 +216,7 @@ pub async fn public_get(
 }
 
 pub(super) async fn with_stats(state: &AppState, voucher: Voucher) -> Result<VoucherWithStats, ApiError> {
-    let orders_persisted = state.sales.orders_persisted(voucher.typed_id()).await?;
+    let orders_persisted = state.ordering.lookup.persisted_of_sale(voucher.typed_id()).await?;
     let stats = match &voucher.flash {
         Some(f) => {
             let s = state.sales.stats(voucher.typed_id(), f.shards()).await?;

@@ -280,6 +280,7 @@ pub mod board;
 mod cached;
 pub mod listen;
 mod reads;
+mod sale;
 pub mod waits;
 pub use board::Board;
 

@@ -1,10 +1,8 @@
 //! Vouchers: the model and its validation, the views the routes answer, Postgres
 //! queries, the Redis side of a flash sale (stock and outbox), stock top-ups, the
-//! in-process cache the order path reads, the admin and public routes, the audit
-//! of a sale's books, and the live numbers the admin console shows.
-pub mod audit;
+//! in-process cache the order path reads, and the views the voucher routes answer
+//! (a sale's books and live numbers are reports: [`crate::reports`]).
 pub mod cache;
-pub mod live_numbers;
 pub mod model;
 pub mod moves;
 pub mod pg_stock;

@@ -253,9 +253,17 @@ pub async fn add_stock(tx: &mut sqlx::PgConnection, id: i64, n: i32) -> Result<A
     Ok(Added::Added)
 }
 
-/// Orders persisted for a voucher (failed ones excluded).
-pub async fn orders_persisted(db: impl PgExecutor<'_>, id: i64) -> Result<i64, sqlx::Error> {
-    crate::ordering::stored::persisted_of_sale(db, id).await
+/// A voucher's flash-sale totals, `(total_stock, stock)` (both `None` for an
+/// ordinary voucher), or `None` if there is no such voucher.
+pub async fn stock_totals(db: impl PgExecutor<'_>, id: i64) -> Result<Option<(Option<i64>, Option<i64>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.total_stock::int8, s.stock::int8
+           FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
+          WHERE v.id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }
 
 /// A flash sale's `stock_shards`, or `None` if the voucher is not a flash sale (or

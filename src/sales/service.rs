@@ -1,8 +1,6 @@
 //! [`Sales`]: the sales area as the edges call it. A handler reads and changes
 //! vouchers, their stock in Redis and Postgres, top-ups and pauses, and a sale's
-//! books, through it, never through a pool or a Redis connection of its own.
-use super::audit::{self, Lookup};
-use super::live_numbers::{self, RelayState};
+//! through it, never through a pool or a Redis connection of its own.
 use super::model::{NewVoucher, Voucher};
 use super::stock::{self, Event, Stats};
 use super::topup::{self, NotRecorded, TopUp};
@@ -94,16 +92,6 @@ impl Sales {
         repo::list_by_shop(&self.0.pg, shop_id, after, limit).await
     }
 
-    /// Orders of the sale persisted (failed ones excluded).
-    pub async fn orders_persisted(&self, id: VoucherId) -> Result<i64, sqlx::Error> {
-        repo::orders_persisted(&self.0.pg, id.get()).await
-    }
-
-    /// Orders of the sale the payment timeout cancelled.
-    pub async fn timed_out(&self, id: VoucherId) -> Result<i64> {
-        live_numbers::timed_out(&self.0.pg, id.get()).await
-    }
-
     /// A sale's stock and orders in Redis.
     pub async fn stats(&self, id: VoucherId, shards: u32) -> Result<Stats> {
         stock::stats(&self.0.redis, &self.0.keys, id.get(), shards).await
@@ -168,21 +156,6 @@ impl Sales {
     /// Tells every instance that `voucher` changed.
     pub async fn publish_change(&self, voucher: VoucherId) -> Result<()> {
         stock::publish(&self.0.redis, &self.0.keys, Event::Voucher(voucher.get())).await
-    }
-
-    /// A sale's books (Postgres, then Redis).
-    pub async fn books(&self, id: VoucherId) -> Result<Lookup> {
-        audit::books(&self.0.pg, &self.0.redis, &self.0.keys, id.get()).await
-    }
-
-    /// A sale's books with the orders queue's depth.
-    pub async fn audit(&self, id: VoucherId) -> Result<Lookup> {
-        audit::audit(&self.0.pg, &self.0.redis, &self.0.keys, &self.0.broker, id.get()).await
-    }
-
-    /// How far the relay is behind on the sale's outboxes.
-    pub async fn relay_state(&self, id: VoucherId, shards: u32) -> Result<RelayState> {
-        live_numbers::relay_state(&self.0.redis, &self.0.keys, id.get(), shards).await
     }
 
     /// Top-up `id`, done or pending.

@@ -10,9 +10,11 @@
 mod backlog;
 pub mod entry;
 pub mod format;
+mod lag;
 pub mod relay;
 
 pub use backlog::backlog;
 pub use entry::read_outbox;
+pub use lag::{relay_state, RelayState, ShardRelay};
 pub use relay::intent::{orders_of_sale as intent_orders_of_sale, record as record_intent, sweep as sweep_intents};
 pub use relay::read_before_repair::{settle_gone, Settled};

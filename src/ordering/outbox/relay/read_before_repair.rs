@@ -159,7 +159,7 @@ async fn store_late_conflicts(
         .context("storing late orders that cannot be honoured")?;
     // Counted as admitted in Redis, as a repair counts every stored order
     // (failed ones too): the sale's audit then shows the failures, and its
-    // units and orders still add up (src/sales/audit/books.rs).
+    // units and orders still add up (src/reports/books.rs).
     let mut per_shard: HashMap<&str, i64> = HashMap::new();
     for (_, tag) in failed {
         *per_shard.entry(tag).or_default() += 1;

@@ -1,5 +1,7 @@
-//! The books of a flash sale (`GET /api/v1/admin/vouchers/{id}/audit`) and the
-//! `seckill_sales_unbalanced` gauge.
+//! Reports that read several areas, above them: the books of a flash sale (`GET
+//! /api/v1/admin/vouchers/{id}/audit`), the `seckill_sales_unbalanced` gauge, and
+//! the live numbers the admin console polls. They read each area through its
+//! interface (its tables and keys stay its own).
 //!
 //! Every unit ever put on sale (`stock`, Postgres's `total_stock`) is, at any
 //! moment, in exactly one of three places:
@@ -37,9 +39,12 @@
 //! therefore counts a sale only when two consecutive audits, `SECKILL_AUDIT_INTERVAL_MS`
 //! (5 s) apart, found it unbalanced.
 mod books;
+mod service;
+pub mod view;
 mod watch;
 
 pub use books::{audit, books, Audit, Checks, InFlight, Lookup, PostgresBooks, RedisBooks};
+pub use service::{Reports, ReportsParts};
 pub use watch::{Streak, Watch};
 
 #[cfg(test)]

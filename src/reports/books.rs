@@ -203,15 +203,9 @@ pub(crate) async fn postgres_books(pg: &PgPool, voucher_id: i64) -> Result<Resul
         .execute(&mut *tx)
         .await
         .context("reading the sale's books in Postgres")?;
-    let row: Option<(Option<i64>, Option<i64>)> = sqlx::query_as(
-        "SELECT s.total_stock::int8, s.stock::int8
-           FROM vouchers v LEFT JOIN seckill_vouchers s ON s.voucher_id = v.id
-          WHERE v.id = $1",
-    )
-    .bind(voucher_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .context("reading the sale's books in Postgres")?;
+    let row = crate::sales::repo::stock_totals(&mut *tx, voucher_id)
+        .await
+        .context("reading the sale's books in Postgres")?;
     let Some((total, pg_stock)) = row else {
         return Ok(Err(Lookup::NotFound));
     };

@@ -1,12 +1,9 @@
-//! The numbers of a running sale that the admin console polls every second
-//! (`GET /api/v1/admin/vouchers/{id}/live`) besides the admin view and the audit,
-//! which it reuses: how far the relay is behind, and how many orders ran out of
-//! their payment window.
+//! How far the relay is behind on a sale's outboxes: what the admin console's live
+//! numbers (`GET /api/v1/admin/vouchers/{id}/live`) show of the relay.
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 use anyhow::{Context, Result};
 use serde::Serialize;
-use sqlx::PgExecutor;
 use utoipa::ToSchema;
 
 /// The sale's outbox, as the relay sees it: every shard's stream of a sharded sale.
@@ -92,14 +89,6 @@ pub async fn relay_state(redis: &Redis, keys: &Keys, voucher_id: i64, shards: u3
 /// The time in a stream entry's id (`<ms>-<seq>`).
 fn entry_ms(id: &str) -> Option<i64> {
     id.split_once('-')?.0.parse().ok()
-}
-
-/// Orders of the sale the payment timeout cancelled (the consumer of expired
-/// payment windows, or the sweep behind it).
-pub async fn timed_out(db: impl PgExecutor<'_>, voucher_id: i64) -> Result<i64> {
-    crate::ordering::stored::timed_out_of_sale(db, voucher_id)
-        .await
-        .context("counting timed-out orders")
 }
 
 #[cfg(test)]
