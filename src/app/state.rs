@@ -8,7 +8,7 @@ use crate::numbers::Sequences;
 use crate::sales::cache::VoucherCache;
 use anyhow::{Context, Result};
 use clients::{clients, Clients};
-use services::{ordering_of, sales_of};
+use services::{ordering_of, reports_of, sales_of};
 use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,16 +62,18 @@ pub async fn connect(settings: Settings, mode: Mode, opts: &Options, stop: &Canc
     let recovery = refreshed_recovery(&c, &cache, formats, &settings).await;
     let clock_skew = measured_clock_skew(&settings, &c.background_pg, opts).await;
     let ids = order_ids(&settings, mode, &c, opts).await;
-    let placer = order_placer(&settings, &c, &cache, &ids, &recovery, &clock_skew, opts);
+    let built = Built {
+        cache: &cache,
+        ids: &ids,
+        recovery: &recovery,
+        clock_skew: &clock_skew,
+        admission: &admit,
+    };
+    let placer = order_placer(&settings, &c, built, opts);
     let board = Arc::new(crate::ordering::status::Board::new(settings.http.max_held_waits));
     let ordering = ordering_of(&c, &cache, &recovery, placer, user_serializer, board);
     let sales = sales_of(&c, &recovery, &cache);
-    let reports = crate::reports::Reports::new(crate::reports::ReportsParts {
-        pg: c.pg.clone(),
-        redis: c.redis.clone(),
-        keys: c.keys.clone(),
-        broker: c.broker.clone(),
-    });
+    let reports = reports_of(&c);
     let state = Arc::new(AppState {
         sales,
         reports,
@@ -246,16 +248,29 @@ async fn order_ids(settings: &Settings, mode: Mode, c: &Clients, opts: &Options)
     ids
 }
 
+/// The parts the order path shares with the rest of the process.
+struct Built<'a> {
+    cache: &'a Arc<VoucherCache>,
+    ids: &'a Arc<IdWorker>,
+    recovery: &'a Arc<crate::recovery::Recovery>,
+    clock_skew: &'a Arc<crate::clock_skew::ClockSkew>,
+    admission: &'a Arc<crate::admission::Admission>,
+}
+
 /// The order path's services: the order script's caller and what it reads.
 fn order_placer(
     settings: &Settings,
     c: &Clients,
-    cache: &Arc<VoucherCache>,
-    ids: &Arc<IdWorker>,
-    recovery: &Arc<crate::recovery::Recovery>,
-    clock_skew: &Arc<crate::clock_skew::ClockSkew>,
+    built: Built<'_>,
     opts: &Options,
 ) -> crate::ordering::place::OrderPlacer {
+    let Built {
+        cache,
+        ids,
+        recovery,
+        clock_skew,
+        admission,
+    } = built;
     let replication = crate::ordering::replication::Replication::new(
         &c.redis,
         settings.pipeline.redis_wait_replicas,
@@ -266,6 +281,7 @@ fn order_placer(
         cache: cache.clone(),
         ids: ids.clone(),
         redis: c.redis.clone(),
+        admission: admission.clone(),
         reserver: Arc::new(crate::ordering::gates::Reserver::new(
             c.keys.clone(),
             replication.clone(),

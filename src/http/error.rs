@@ -176,6 +176,7 @@ impl From<crate::ordering::place::Refusal> for ApiError {
                 order_id: order_id.map(OrderId::get),
                 ..ApiError::conflict("already_ordered", message)
             },
+            Refusal::NotAdmitted(why) => ApiError::new(actix_web::http::StatusCode::FORBIDDEN, why.code(), message),
             Refusal::Unavailable { retry_after_secs, .. } => ApiError::unavailable(message, retry_after_secs),
             Refusal::Failed(e) => e.into(),
         }

@@ -6,6 +6,7 @@ use super::error::ErrorBody;
 use super::path::{path_id, path_order_id};
 use super::responses::{BadRequest, Forbidden, OrderNotFound, RateLimited, Unauthorized, Unavailable, VoucherNotFound};
 use super::state::AppState;
+use crate::ordering::place::NotTaken;
 use crate::ordering::{Accepted, Order};
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
@@ -54,32 +55,26 @@ pub async fn place(
     // The admission middleware counts only the refusals that never got here.
     req.extensions_mut().insert(super::rate_limits::HandlerRan);
     let voucher_id = path_id(&path)?;
-    // What the instance answers alone (sold out, outside the window) costs the
-    // crowd nothing more: not even a place in the per-shopper rate limiter.
-    let judged = match state.ordering.placer.judge_early(voucher_id) {
-        Ok(judged) => judged,
-        Err(refusal) => {
-            state.metrics.order(refusal.outcome());
-            return Err(refusal.into());
-        }
-    };
-    // A queue or raffle sale: the shopper's admission token, checked in process.
-    if judged.admission().gated() {
-        if let Err(refused) = admitted(&req, &state, caller.user_id, voucher_id.get(), judged.queue_paused_ms()) {
-            state.metrics.order("not_admitted");
-            return Err(refused);
-        }
-    }
-    if let Err(limited) = state.http.rate_limits.check_user(caller.user_id) {
-        state.metrics.order("rate_limited");
-        return Err(limited);
-    }
-    let placed = state.ordering.placer.place(judged, caller.user()).await;
+    // A header that is not text is no token of this service.
+    let token = req
+        .headers()
+        .get(ADMISSION_HEADER)
+        .map(|t| t.to_str().unwrap_or_default());
+    let placed = state
+        .ordering
+        .placer
+        .take(voucher_id, caller.user(), token, || {
+            state.http.rate_limits.check_user(caller.user_id)
+        })
+        .await;
     state.metrics.order(match &placed {
         Ok(_) => "accepted",
-        Err(refusal) => refusal.outcome(),
+        Err(not) => not.outcome(),
     });
-    let order_id = placed?;
+    let order_id = placed.map_err(|not| match not {
+        NotTaken::Refused(refusal) => ApiError::from(refusal),
+        NotTaken::Limited(limited) => limited,
+    })?;
     Ok(HttpResponse::Accepted()
         .insert_header((header::LOCATION, format!("/api/v1/orders/{order_id}")))
         .json(Accepted::new(order_id)))
@@ -87,33 +82,6 @@ pub async fn place(
 
 /// The header of an admission token.
 pub const ADMISSION_HEADER: &str = "X-Admission-Token";
-
-/// Whether the request carries a valid admission token of `user` for `voucher`
-/// (whose queue's pauses that ended add up to `paused_ms`).
-fn admitted(req: &HttpRequest, state: &AppState, user: i64, voucher: i64, paused_ms: i64) -> Result<(), ApiError> {
-    use crate::admission::token::Refused;
-    use actix_web::http::StatusCode;
-    let Some(token) = req.headers().get(ADMISSION_HEADER) else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admission_required",
-            "this sale takes orders only with an admission token (X-Admission-Token) from its queue or raffle",
-        ));
-    };
-    let token = token.to_str().unwrap_or_default();
-    state
-        .admit
-        .signer
-        .check_admission(token, user, voucher, paused_ms, state.clock.unix_secs())
-        .map_err(|refused| match refused {
-            Refused::Expired => ApiError::new(
-                StatusCode::FORBIDDEN,
-                "admission_expired",
-                "the admission token has expired: poll the queue or the raffle for a new one",
-            ),
-            Refused::Invalid(why) => ApiError::new(StatusCode::FORBIDDEN, "admission_invalid", why),
-        })
-}
 
 /// The most seconds a long poll may wait.
 pub const MAX_WAIT_SECS: u32 = 30;

@@ -24,12 +24,13 @@
 //! deadline the shopper gets 503: the order may exist (its reservation is on the
 //! master), which `…/orders/mine` tells, and a retry answers `already_ordered`.
 mod handles;
+mod take;
 
 pub use super::gates::Reservation;
 use super::gates::{Ask, Reserver};
 pub use super::refill_flights::RefillFlights;
 use super::refusal::unavailable;
-pub use super::refusal::Refusal;
+pub use super::refusal::{NotAdmitted, NotTaken, Refusal};
 use super::replication::Replication;
 use crate::clock::Clock;
 use crate::clock_skew::ClockSkew;
@@ -80,6 +81,8 @@ pub struct OrderPlacer {
     pub metrics: Arc<Metrics>,
     /// One mover per dry (voucher, shard) in this process.
     pub refill_flights: Arc<RefillFlights>,
+    /// Admission tokens of queue and raffle sales are checked with its signer.
+    pub admission: Arc<crate::admission::Admission>,
     /// The gates that coalesce each shard's reservations (see `gates.rs`).
     pub reserver: Arc<Reserver>,
 }

@@ -22,6 +22,9 @@ pub enum Refusal {
     /// With the existing order's id when the script named it.
     #[error("you already have an order for this voucher")]
     AlreadyOrdered(Option<OrderId>),
+    /// A queue or raffle sale's order without a valid admission token.
+    #[error("{}", .0.message())]
+    NotAdmitted(NotAdmitted),
     /// Try again after `retry_after_secs`.
     #[error("{message}")]
     Unavailable {
@@ -62,8 +65,60 @@ impl Refusal {
             Refusal::Paused => "paused",
             Refusal::SoldOut => "sold_out",
             Refusal::AlreadyOrdered(_) => "already_ordered",
+            Refusal::NotAdmitted(_) => "not_admitted",
             Refusal::Unavailable { .. } => "unavailable",
             Refusal::Failed(_) => "error",
+        }
+    }
+}
+
+/// Why an order of a queue or raffle sale was refused its admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotAdmitted {
+    /// No admission token.
+    Required,
+    /// The token's turn is over.
+    Expired,
+    /// Forged, malformed, another shopper's or another sale's: the reason.
+    Invalid(&'static str),
+}
+
+impl NotAdmitted {
+    /// The contract's error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            NotAdmitted::Required => "admission_required",
+            NotAdmitted::Expired => "admission_expired",
+            NotAdmitted::Invalid(_) => "admission_invalid",
+        }
+    }
+
+    /// What the shopper is told.
+    pub fn message(&self) -> &'static str {
+        match self {
+            NotAdmitted::Required => {
+                "this sale takes orders only with an admission token (X-Admission-Token) from its queue or raffle"
+            }
+            NotAdmitted::Expired => "the admission token has expired: poll the queue or the raffle for a new one",
+            NotAdmitted::Invalid(why) => why,
+        }
+    }
+}
+
+/// Why an order request was not taken: refused, or over the edge's rate limit
+/// (`L`, the limiter's own answer).
+#[derive(Debug)]
+pub enum NotTaken<L> {
+    Refused(Refusal),
+    Limited(L),
+}
+
+impl<L> NotTaken<L> {
+    /// The label of `seckill_order_requests_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            NotTaken::Refused(r) => r.outcome(),
+            NotTaken::Limited(_) => "rate_limited",
         }
     }
 }

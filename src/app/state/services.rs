@@ -36,6 +36,15 @@ pub(super) fn ordering_of(
 }
 
 /// The sales area's service, on the request handlers' pool.
+pub(super) fn reports_of(c: &Clients) -> crate::reports::Reports {
+    crate::reports::Reports::new(crate::reports::ReportsParts {
+        pg: c.pg.clone(),
+        redis: c.redis.clone(),
+        keys: c.keys.clone(),
+        broker: c.broker.clone(),
+    })
+}
+
 pub(super) fn sales_of(c: &Clients, recovery: &Arc<crate::recovery::Recovery>, cache: &Arc<VoucherCache>) -> Sales {
     Sales::new(SalesParts {
         pg: c.pg.clone(),
