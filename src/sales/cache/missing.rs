@@ -9,8 +9,10 @@
 //!   was created and on the others as soon as its event arrives;
 //! - an answer read from Postgres is remembered only if no put happened since the
 //!   read began (a put racing the read may be the very voucher);
-//! - a full reload (after the event subscription reconnects: events may have been
-//!   lost) forgets every entry, and an entry is trusted for `ttl` only.
+//! - a full reload (at start, every refresh, after the event subscription
+//!   reconnects: events may have been lost) puts every voucher it reads in the
+//!   map, which a lookup reads before this memory, and forgets their entries; an
+//!   entry is trusted for `ttl` only.
 //!
 //! At most [`MAX_ENTRIES`]: beyond that the expired entries are dropped, and if
 //! none had expired, all of them (a flood of distinct ids costs one query per id
@@ -64,8 +66,15 @@ impl Missing {
         self.map.lock().expect("missing ids poisoned").remove(&id);
     }
 
-    pub fn clear(&self) {
-        self.map.lock().expect("missing ids poisoned").clear();
+    /// Forgets each of `ids`.
+    pub fn forget(&self, ids: impl Iterator<Item = i64>) {
+        let mut map = self.map.lock().expect("missing ids poisoned");
+        if map.is_empty() {
+            return;
+        }
+        for id in ids {
+            map.remove(&id);
+        }
     }
 }
 

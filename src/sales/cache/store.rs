@@ -94,8 +94,11 @@ impl VoucherCache {
     /// Installs `all`, read from Postgres when the cache had seen `read_at` puts.
     pub(super) fn install(&self, all: Vec<Voucher>, read_at: u64, clear_flags: bool) -> usize {
         let mut map = self.map.write().expect("cache poisoned");
-        // Events may have been lost: what was missing may exist now.
-        self.missing.clear();
+        // Events may have been lost: an id remembered missing may exist now. It
+        // shows anyway (a lookup reads the map first); its entry goes. The ids not
+        // read stay remembered: a reload at start or every REFRESH_EVERY must not
+        // send a scanner's ids back to Postgres.
+        self.missing.forget(all.iter().map(|v| v.id));
         let mut fresh: HashMap<i64, Arc<Entry>> = map
             .iter()
             .filter(|(_, e)| e.put_at > read_at)
