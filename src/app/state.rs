@@ -184,7 +184,7 @@ async fn announced_formats(
     Ok(formats)
 }
 
-/// The recovery every writer respects, its floors and closed sales read once now
+/// The recovery every writer respects, the points and closed sales Postgres holds, read once now
 /// if Postgres answers in time.
 async fn refreshed_recovery(
     c: &Clients,
@@ -206,15 +206,15 @@ async fn refreshed_recovery(
         .with_lease(lease)
         .with_replicas(pipeline.redis_wait_replicas, pipeline.redis_wait_timeout, timeout),
     );
-    // Before the first order: the floors Postgres recorded (a process that starts
+    // Before the first order: the points Postgres recorded (a process that starts
     // after Redis went back in time must know what the relays saw), and the sales
     // another process closed.
     match tokio::time::timeout(Duration::from_secs(10), recovery.refresh()).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            tracing::warn!(error = %format!("{e:#}"), "the shards' floors not read yet; retrying in the background")
+            tracing::warn!(error = %format!("{e:#}"), "the shards' points not read yet; retrying in the background")
         }
-        Err(_) => tracing::warn!("the shards' floors not read yet (Postgres slow); retrying in the background"),
+        Err(_) => tracing::warn!("the shards' points not read yet (Postgres slow); retrying in the background"),
     }
     recovery
 }

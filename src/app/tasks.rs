@@ -182,7 +182,7 @@ fn spawn_every_process(tasks: &mut Tasks, state: &Arc<AppState>, stop: &Cancella
             .run(state.handles.background_pg.clone(), state.clock.clone(), stop.clone()),
     );
     {
-        // Every process keeps its floors and repairs (one per sale at a time across
+        // Every process keeps its points current and repairs (one per sale at a time across
         // processes) the sales whose shards it found lost or behind.
         let recovery = state.recovery.clone();
         let stop = stop.clone();

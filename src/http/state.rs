@@ -28,7 +28,7 @@ pub struct AppState {
     /// frontiers.
     pub admit: Arc<crate::admission::Admission>,
     /// Redis losing state or going back in time: the sales this process has
-    /// closed, its floors, the repairs ([`crate::recovery`]).
+    /// closed, the points it saw, the repairs ([`crate::recovery`]).
     pub recovery: Arc<crate::recovery::Recovery>,
     /// Daily business numbers.
     pub sequences: Sequences,

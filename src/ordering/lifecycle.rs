@@ -44,7 +44,7 @@ pub struct Lifecycle {
     pub pg: PgPool,
     pub redis: Redis,
     pub keys: Keys,
-    /// Floors of the shards returns go to, and where a lost shard is reported.
+    /// Points of the shards returns go to, and where a lost shard is reported.
     pub recovery: std::sync::Arc<crate::recovery::Recovery>,
 }
 

@@ -283,7 +283,7 @@ impl OrderPlacer {
         }
     }
 
-    /// The recovery desk: which sales this process has closed, its floors.
+    /// The recovery desk: which sales this process has closed, the points of each shard it saw.
     fn recovery(&self) -> &crate::recovery::Recovery {
         &self.reserver.recovery
     }

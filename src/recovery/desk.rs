@@ -1,5 +1,5 @@
-//! The recovery desk of one process: what it has closed, its floors, the repairs
-//! it was asked for, and the task that refreshes the floors and runs the repairs.
+//! The recovery desk of one process: what it has closed, the points it saw,
+//! the repairs it was asked for, and the task that refreshes the points and runs the repairs.
 use super::closed::Closed;
 use super::durability::Durability;
 use super::history::Histories;
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
-/// How often the desk refreshes the floors from Postgres and retries the repairs
+/// How often the desk refreshes the points from Postgres and retries the repairs
 /// it was asked for.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How long a sale that ended stays in the refresh (and its gauge).
@@ -48,7 +48,7 @@ pub struct Recovery {
     pub(super) replicas: Option<SideReplicas>,
     /// This process's row of `shard_points` for its side writes.
     pub(super) side_writer: String,
-    /// Whether the floors were read from Postgres once: until then every sale is
+    /// Whether the points were read from Postgres once: until then every sale is
     /// closed here (a process that starts while Redis has gone back in time must
     /// not sell from it knowing nothing of what the relays saw).
     ready: std::sync::atomic::AtomicBool,
@@ -163,7 +163,7 @@ impl Recovery {
     }
 
     /// Whether `voucher`'s sale is closed in this process (every sale is until the
-    /// floors were read once).
+    /// points were read once).
     pub fn is_closed(&self, voucher: i64) -> bool {
         !self.ready.load(std::sync::atomic::Ordering::Acquire) || self.closed.is_closed(voucher)
     }
@@ -181,8 +181,8 @@ impl Recovery {
             .collect()
     }
 
-    /// Raises the floors of the running sales' shards to what Postgres recorded (the
-    /// relays' floors, each sale's generation); asks for a check of the sales another
+    /// Adds to the running sales' shards the points Postgres recorded (the
+    /// relays' and side writes', each sale's generation); asks for a check of the sales another
     /// process closed; keeps the closed-time gauge of the running sales.
     pub async fn refresh(&self) -> Result<()> {
         let running = self.running();

@@ -9,40 +9,37 @@
 //! nothing, and a rollback inside one process keeps it. So nothing here looks at
 //! which server answers. It looks at the shards:
 //!
-//! - **The sequence.** Every shard (a hash tag: one sale of one shard, or one shard
-//!   of a sharded sale) has a sequence, `<ns>:{<tag>}:seq` = `gen * 2^32 + writes`.
-//!   Every script that writes the shard (an order, a return, a top-up, a move, a
-//!   repair's step) bumps it in the same atomic step and returns it. `gen` is the
-//!   sale's generation in Postgres (`sale_states`): a repair takes the next one.
-//! - **The floors.** Every caller passes its *floor* for the shard: the highest
-//!   sequence it has seen of it ([`floors::Floors`]: from its own scripts' replies,
-//!   from the outbox entries its relay read (each carries the sequence its call
-//!   left), and once a second from Postgres: the floors every relay recorded with
-//!   its intents (`shard_floors`) and each sale's generation). A shard whose
-//!   sequence is below the caller's floor went back in time: the script refuses,
-//!   writes nothing, and closes the shard (drops its stock key) in the same step, so
-//!   that no caller sells from it whatever it knows. A shard whose stock key is
-//!   missing (lost, or closed) refuses every caller. So a loss is caught at the
-//!   first call that touches the lost state and knows of it, in the call that would
-//!   have used it; no periodic check decides anything.
-//! - **What is caught.** Every write some caller saw (its reply raised that caller's
-//!   floor) is caught by that caller's next call on the shard; every write a relay
-//!   recorded an intent for (and so every order published or stored) is caught by
-//!   every process once its floors are refreshed (within a second), and at once by
-//!   the process whose relay read it. With `SECKILL_REDIS_WAIT_REPLICAS=0` and no
-//!   `appendfsync always`, a write acknowledged by one process and lost before
-//!   anyone else saw it is beyond any detector; and another process that never saw
-//!   the lost writes may sell from the rolled-back shard until the first call that
-//!   knows of them closes it (the orders it admits in between are real, relayed
-//!   and stored; where they meet a unit or shopper of a lost-but-relayed order,
-//!   Postgres refuses them as `failed`, an incident). With `WAIT 1` (and a replica
-//!   left to wait for) or `appendfsync always`, an acknowledged write is not lost,
-//!   so none of this can happen; `DEBUG RELOAD` is caught by the first call of any
-//!   process that saw a later write.
+//! - **The history.** Every shard (a hash tag: one sale of one shard, or one
+//!   shard of a sharded sale) has a sequence, `<ns>:{<tag>}:seq` = `gen * 2^32 +
+//!   k`, and names each write of the generation: 8 random bytes its writer drew,
+//!   kept at the write's place in `<ns>:{<tag>}:hist`. Every script that writes
+//!   the shard (an order, a return, a top-up, a move, a repair's step) checks its
+//!   caller's points, names its write and bumps the sequence in the same atomic
+//!   step (`lua/history.lua`). `gen` is the sale's generation in Postgres
+//!   (`sale_states`): a repair takes the next one.
+//! - **The points.** Every caller passes the points (sequence, name) of the
+//!   history it saw ([`history::Histories`]: its own scripts' replies, the outbox
+//!   entries its relay read, and, once a second, the points every relay and side
+//!   write recorded in Postgres, `shard_points`). A shard that no longer holds one
+//!   (same generation, but another name at that place, or a shorter sequence)
+//!   went back in time: the script refuses, writes nothing, and closes the shard
+//!   (drops its stock key) in the same step, so that no caller sells from it
+//!   whatever it knows. A count could not tell: after Redis went back, the next
+//!   write of anyone takes the very sequence the lost write had; a name differs.
+//!   Owner lookups read the shard the same way (`lua/shard_read.lua`), so a shard
+//!   that went back answers 503, never "no such order". No periodic check decides
+//!   anything: the loss is caught by the call that would have used it.
+//! - **What is caught** (each case with its test: `docs/ARCHITECTURE.md`, "What is
+//!   caught, exactly"): a write some process saw, by that process's next call on
+//!   the shard, whoever wrote since; a write a relay recorded an intent for, by
+//!   every process once its points are refreshed; an acknowledged order no relay
+//!   read, from the acknowledging process's log of the shard. Not caught: with
+//!   `SECKILL_REDIS_WAIT_REPLICAS=0` and no `appendfsync always`, a write
+//!   acknowledged by one process that dies before it notices the loss.
 //! - **A Redis event that lost nothing closes nothing.** A restart with its data,
-//!   a failover to a replica that has every write, a reconnect: every shard is at
-//!   or above every floor, every script goes on. Requests in flight at the moment
-//!   get a 503 (their connection broke); nothing is repaired.
+//!   a failover to a replica that has every write, a reconnect: every shard holds
+//!   every point, every script goes on. Requests in flight at the moment get a
+//!   503 (their connection broke); nothing is repaired.
 //!
 //! A shard found lost or behind closes its sale in this process ([`closed`]) and
 //! asks for a repair of that sale ([`desk::Recovery::lost`]). One process at a time

@@ -34,7 +34,7 @@ pub struct Relay {
     broker: Arc<Broker>,
     /// Where intents are recorded before each publish ([`intent`]).
     pg: sqlx::PgPool,
-    /// This process's floors, raised to the sequences the relay reads.
+    /// This process's points of each shard, to which the relay adds those it reads.
     recovery: Arc<crate::recovery::Recovery>,
     consumer: String,
     metrics: Arc<crate::metrics::Metrics>,

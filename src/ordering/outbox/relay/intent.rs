@@ -23,7 +23,7 @@ use crate::recovery::Point;
 use std::sync::LazyLock;
 
 /// The statement [`record`] runs: the recovery area's hold of the sales'
-/// generations and raise of the floors, then the intent's insert, unless a sale
+/// generations and record of the points read, then the intent's insert, unless a sale
 /// moved.
 static RECORD: LazyLock<String> = LazyLock::new(|| {
     format!(
