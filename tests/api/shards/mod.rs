@@ -1,6 +1,7 @@
 //! Sharded sales (`stock_shards`): a crowd over four shards, demand skewed onto one
 //! shard (units move), a move interrupted after its give, Redis losing a sharded
-//! sale, a cancellation's unit going back to its shopper's shard, validation.
+//! sale, a cancellation's unit going back to its shopper's shard, validation, and
+//! a move's step its replicas missed lost with its master (`replicas`).
 use crate::faults::crowd::{crowd, settle, settle_allowing, settle_on, Tally};
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -180,4 +181,5 @@ async fn bounce(
 }
 
 mod crowds_and_moves;
+mod replicas;
 mod returns_and_repairs;
