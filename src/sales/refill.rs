@@ -14,6 +14,7 @@
 //! before its first step and removed after its last.
 use super::shards::{done, give, settle, snapshot, take, Move};
 use crate::keys::Keys;
+use crate::recovery::history::{read_shard, Call};
 use crate::recovery::Recovery;
 use crate::redis_conn::{Conn, Redis};
 use anyhow::{bail, Context, Result};
@@ -117,17 +118,16 @@ async fn leased(
     if stocks.get(to as usize).is_some_and(|&s| s > 0) {
         return Ok(Refill::Retry);
     }
-    let Some((from, &richest)) = stocks
+    let richest = stocks
         .iter()
         .enumerate()
         .filter(|(k, _)| *k != to as usize)
         .max_by_key(|(_, s)| **s)
-    else {
-        return Ok(Refill::SoldOut);
+        .filter(|(_, s)| **s > 0);
+    let Some((from, _)) = richest else {
+        return sold_out(conn, keys, recovery, voucher, shards).await;
     };
-    if richest <= 0 {
-        return Ok(Refill::SoldOut);
-    }
+    let richest = stocks[from];
     let from = from as u32;
     let transfer = uuid::Uuid::new_v4().to_string();
     let want = (richest / 2).max(1);
@@ -144,6 +144,29 @@ async fn leased(
         forget(conn, keys, voucher, [transfer.as_str()]).await?;
     }
     Ok(outcome)
+}
+
+/// "Sold out", once every shard still holds what this process saw of it. The
+/// snapshot passes no points: a shard that went back (a take, a return or a
+/// top-up a failover lost) reads dry, and its units would be sold out of
+/// existence; read with this process's points (`lua/shard_read.lua`), it is found
+/// behind instead, and its sale repaired.
+async fn sold_out(conn: &mut Conn, keys: &Keys, recovery: &Recovery, voucher: i64, shards: u32) -> Result<Refill> {
+    for k in 0..shards {
+        let tag = crate::keys::shard_tag(voucher, k, shards);
+        let call = Call::on(recovery.histories.shard(&tag));
+        let read = read_shard(conn, keys, &tag, &call.snap, None)
+            .await
+            .context("checking the shards before answering sold out")?;
+        if read.lost {
+            return Ok(Refill::Behind);
+        }
+        if !read.open {
+            return Ok(Refill::NotLoaded);
+        }
+        call.passed(read.seq, false);
+    }
+    Ok(Refill::SoldOut)
 }
 
 /// Writes a move in the registry of moves under way, before its first step (a

@@ -1,7 +1,7 @@
 //! Sharded sales (`stock_shards`): a crowd over four shards, demand skewed onto one
 //! shard (units move), a move interrupted after its give, Redis losing a sharded
 //! sale, a cancellation's unit going back to its shopper's shard, validation, and
-//! a move's step its replicas missed lost with its master (`replicas`).
+//! a move's step its replicas missed lost with its master (`lost_steps`).
 use crate::faults::crowd::{crowd, settle, settle_allowing, settle_on, Tally};
 use crate::helpers::*;
 use reqwest::StatusCode;
@@ -181,5 +181,5 @@ async fn bounce(
 }
 
 mod crowds_and_moves;
-mod replicas;
+mod lost_steps;
 mod returns_and_repairs;
