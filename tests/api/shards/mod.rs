@@ -181,5 +181,7 @@ async fn bounce(
 }
 
 mod crowds_and_moves;
+mod doomed;
+mod lost_side;
 mod lost_steps;
 mod returns_and_repairs;
