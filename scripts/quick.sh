@@ -24,7 +24,7 @@ else
   # wait on their clocks: four minutes of test time).
   faults=(admission:: faults:: nemesis:: cost:: rollback:: went_back:: frozen:: failback:: replication::
     mixed_faults:: cut_off:: pressure:: transient:: alerts:: memory_alarm:: readiness::
-    repair:: isolation:: console:: deploy:: dead_letters:: pipeline:: floods::)
+    repair:: isolation:: console:: deploy:: dead_letters:: pipeline:: floods:: shards::lost_)
   skips=()
   for m in "${faults[@]}"; do skips+=(--skip "$m"); done
   cargo test --workspace --test api -- "${skips[@]}" --skip on_a_cluster_
