@@ -80,7 +80,7 @@ fi
 # cluster of its own) and reads nothing of TEST_REDIS_CLUSTER: they would run
 # unchanged.
 own_redis=(rollback:: went_back:: alerts:: memory_alarm:: mixed_faults:: readiness:: cut_off::
-  frozen:: replication::failover:: replication::masters:: shards::lost_steps:: pressure:: failback:: transient::)
+  frozen:: replication::failover:: replication::masters:: shards::lost_ pressure:: failback:: transient::)
 # And the modules that use no Redis of their own making, or only through the order
 # path the other modules run on the cluster: admission (Postgres, and single-shard
 # orders), the HTTP edge (documents, limits, floods, browsing, the console, the

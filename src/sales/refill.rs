@@ -47,7 +47,9 @@ pub enum Refill {
     Closed,
     /// A shard's stock is missing (Redis lost it, or a repair closed it).
     NotLoaded,
-    /// A shard went back in time (behind this process's floor); the script closed it.
+    /// A shard went back in time (it no longer holds a point this process saw):
+    /// a give or a take found it so and closed it, or the check before "sold
+    /// out" did (read-only: the repair asked for closes the sale's shards).
     Behind,
 }
 

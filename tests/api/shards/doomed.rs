@@ -13,6 +13,12 @@ pub(super) async fn on_a_cluster(ns: &Namespace, wait: u16, env: &[(&str, &str)]
     let cluster = tokio::task::spawn_blocking(move || OwnCluster::with_replicas(wait + 1))
         .await
         .unwrap();
+    // No replica of another master moves to the doomed one while its own are
+    // stopped (it would copy the very write the test keeps from them), and the
+    // replicas answer the probes while the cluster is down between the kill and
+    // the promotion.
+    cluster.on_every_node(&["CONFIG", "SET", "cluster-migration-barrier", "999"]);
+    cluster.on_every_node(&["CONFIG", "SET", "cluster-allow-reads-when-down", "yes"]);
     let mut builder = TestApp::builder(ns)
         .env("REDIS_URL", cluster.urls())
         .env("SECKILL_REDIS_CLUSTER", "true")
@@ -40,12 +46,23 @@ impl<'a> Doomed<'a> {
         let master = cluster.master_of(key).expect("a master serves the key");
         let ids = cluster.replicas_of(master);
         assert_eq!(ids.len(), replicas, "the replicas of {master}");
+        // Online, and holding every write the master took so far.
         let synced = eventually(Duration::from_secs(30), || async {
             let info = cluster.on_node(master, &["INFO", "replication"]);
-            (info.matches("state=online").count() == ids.len()).then_some(())
+            let offset = info
+                .lines()
+                .find_map(|l| l.strip_prefix("master_repl_offset:"))?
+                .trim()
+                .to_owned();
+            let caught_up = info
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .filter(|l| l.split(',').any(|f| f == format!("offset={offset}")))
+                .count();
+            (caught_up == ids.len()).then_some(())
         })
         .await;
-        assert!(synced.is_some(), "the replicas of {master} in sync within 30 s");
+        assert!(synced.is_some(), "the replicas of {master} caught up within 30 s");
         for &r in &ids {
             cluster.signal(r, "STOP");
         }
@@ -70,6 +87,18 @@ impl<'a> Doomed<'a> {
     {
         let cluster = self.cluster;
         assert_eq!(probe(self.master).await, 1, "{what} on the master");
+        // Still in the master's own output buffers, which the kill loses (not in
+        // a socket's, which a replica would read once it runs again).
+        let replicas = cluster.on_node(self.master, &["CLIENT", "LIST", "TYPE", "replica"]);
+        let held = replicas
+            .lines()
+            .filter(|l| l.split(' ').any(|f| f.strip_prefix("omem=").is_some_and(|n| n != "0")))
+            .count();
+        assert_eq!(
+            held,
+            self.replicas.len(),
+            "the write held back from each replica: {replicas}"
+        );
         cluster.kill(self.master);
         for &r in &self.replicas {
             cluster.signal(r, "CONT");
@@ -86,13 +115,13 @@ impl<'a> Doomed<'a> {
             assert_eq!(probe(r).await, 0, "{what} on no replica (the one on {r})");
         }
         println!("{what}: on the master killed, on neither replica");
-        let promoted = eventually(Duration::from_secs(30), || async {
+        let promoted = eventually(Duration::from_secs(60), || async {
             cluster.master_of(&self.key).filter(|now| *now != self.master)
         })
         .await;
         assert!(
-            promoted.is_some(),
-            "a replica took the slot over within 30 s: {}",
+            promoted.is_some_and(|p| self.replicas.contains(&p)),
+            "one of the replicas took the slot over within 60 s ({promoted:?}): {}",
             self.replicas
                 .iter()
                 .map(|&r| cluster.log_tail(r, 400))

@@ -28,6 +28,12 @@ async fn sold_out(app: &TestApp, v: i64) -> HashMap<i64, i64> {
     sold
 }
 
+/// How many of `table` (`stock_returns` or `stock_topups`) of sale `v` are pending.
+async fn pending(app: &TestApp, table: &str, v: i64) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table} WHERE voucher_id = $1 AND done_at IS NULL");
+    sqlx::query_scalar(&sql).bind(v).fetch_one(app.pg()).await.unwrap()
+}
+
 /// `SCARD key` on the node on `port`.
 async fn members(port: u16, key: &str) -> i64 {
     redis::cmd("SCARD")
@@ -94,6 +100,11 @@ async fn a_return_its_replicas_missed_then_its_master_killed_is_applied_once() {
     let k = shard_of(user, SHARDS);
     let fault = Doomed::stop_replicas(&cluster, &keys.stock_at(v, k, SHARDS), 2).await;
     cancel(&app, user, order).await;
+    assert_eq!(
+        pending(&app, "stock_returns", v).await,
+        1,
+        "short of its replicas: pending"
+    );
     let returned = &keys.returned_at(v, k, SHARDS);
     let before = if shard_of(first_user, SHARDS) == k { 1 } else { 0 };
     fault
@@ -129,6 +140,11 @@ async fn a_top_up_its_replicas_missed_then_its_master_killed_is_applied_once() {
     let added = 2 * i64::from(SHARDS);
     let fault = Doomed::stop_replicas(&cluster, &keys.stock_at(v, 0, SHARDS), 2).await;
     top_up(&app, v, added).await;
+    assert_eq!(
+        pending(&app, "stock_topups", v).await,
+        1,
+        "short of its replicas: pending"
+    );
     let topups = &keys.topups_at(v, 0, SHARDS);
     fault
         .kill("the top-up", |port| async move { members(port, topups).await - 1 })

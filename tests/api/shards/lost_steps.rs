@@ -125,6 +125,14 @@ async fn a_step_its_replicas_missed_then_its_master_killed(lost: Lost, wait: u16
     let rest: Vec<i64> = (1..=120).filter(|u| !first.contains(u)).collect();
     let (theirs, others): (Vec<i64>, Vec<i64>) = rest.iter().partition(|&&u| shard_of(u, SHARDS) == to);
     let mut after = sell_all(&app, v, &others, &what).await;
+    // The receiver's own shoppers are not needed to find its units: had the
+    // others been told "sold out" with units lost on it, one of the receiver's
+    // shoppers reaching Redis later (past the sold-out flag) would find the loss.
+    assert_eq!(
+        (before.len() + after.len()) as i64,
+        STOCK,
+        "{what}: the whole stock sold to the other shards' shoppers"
+    );
     after.extend(sell_all(&app, v, &theirs, &what).await);
     for u in after.keys() {
         assert!(!before.contains_key(u), "shopper {u} got two orders");
